@@ -1,0 +1,65 @@
+# sandbox-supervisor. `make run` and `make test` each do their own set-up on a fresh machine.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv engine engine-down images run test check lint types fmt unit integration e2e adversarial bench clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP) ## create .venv with the package and dev tools
+
+engine: ## make sure a Docker engine answers (installs docker.io + runsc on Debian as root)
+	scripts/engine.sh up
+
+engine-down: ## stop the dockerd that `make engine` started (never any other)
+	scripts/engine.sh down
+
+images: venv engine ## build the sandbox images offline (only when their sources changed)
+	$(BIN)/sbx images build
+
+run: venv engine images ## the main job: start the supervisor on the embedded defaults
+	$(BIN)/sbx demo
+
+lint: venv ## ruff format --check + ruff check
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+fmt: venv ## apply ruff format and safe fixes
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+types: venv ## mypy --strict
+	$(BIN)/mypy
+
+check: ## lint + types + all tests, without set-up
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test: venv engine images ## everything, with its set-up: lint, types, unit, integration, e2e, adversarial
+	$(MAKE) --no-print-directory check
+
+unit: venv ## fast pure tests only
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+integration: venv engine images ## tests against the real engine
+	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+bench: venv engine images ## benchmarks against raw docker-py and a plain pipe (writes bench/results/)
+	$(BIN)/python -m bench.run
+
+clean: ## remove the virtualenv and caches (not images, not state)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -1,0 +1,178 @@
+"""The engine Protocol: what the supervisor needs from a container engine, and nothing more."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Ulimit(_Frozen):
+    """One resource limit (soft = hard unless given)."""
+
+    name: str
+    soft: int
+    hard: int
+
+
+class Mount(_Frozen):
+    """A host directory bind-mounted into the container."""
+
+    source: str
+    target: str
+    read_only: bool = True
+
+
+class ContainerRequest(_Frozen):
+    """Everything needed to create one task container, already validated against a policy."""
+
+    name: str
+    image: str
+    command: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+    user: str
+    working_dir: str
+    runtime: str = "runc"
+    network: str = "none"
+    read_only: bool = True
+    tmpfs: dict[str, str] = Field(default_factory=dict)
+    memory_bytes: int
+    nano_cpus: int
+    pids_limit: int
+    ulimits: list[Ulimit] = Field(default_factory=list)
+    cap_add: list[str] = Field(default_factory=list)
+    init: bool = True
+    stdin_open: bool = True
+    log_max_size: str = "64m"
+    log_max_files: int = 4
+    mounts: list[Mount] = Field(default_factory=list)
+
+
+class ContainerState(_Frozen):
+    """What the engine says about a container."""
+
+    id: str
+    status: str
+    """created, running, paused, restarting, removing, exited, dead."""
+    running: bool
+    exit_code: int | None = None
+    oom_killed: bool = False
+    error: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    pid: int | None = None
+    """Host pid of the container's PID 1 (local engines only; 0/None otherwise)."""
+    runtime: str | None = None
+
+
+class ContainerSummary(_Frozen):
+    """One line of a labeled container listing."""
+
+    id: str
+    status: str
+    labels: dict[str, str]
+
+
+Segment = tuple[int, bytes]
+
+
+class AttachedStream(Protocol):
+    """A live connection to a container's stdio."""
+
+    async def read(self) -> list[Segment] | None:
+        """Next output segments ``(stream, bytes)``; None once the output has ended."""
+        ...
+
+    async def write(self, data: bytes) -> None:
+        """Write to the container's stdin."""
+        ...
+
+    async def close_stdin(self) -> None:
+        """Give the command EOF on stdin; output keeps flowing."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the connection (idempotent)."""
+        ...
+
+
+class Backend(Protocol):
+    """A container engine. Implementations translate their errors into SupervisorError."""
+
+    name: str
+    local: bool
+    """True when the engine runs on this host, so host pids and /proc are meaningful."""
+
+    async def ping(self) -> dict[str, str]:
+        """Engine version info; raises EngineUnavailable."""
+        ...
+
+    async def create(self, request: ContainerRequest) -> str:
+        """Create (not start) a container; return its id."""
+        ...
+
+    async def attach(self, container_id: str, *, stdin: bool, logs: bool) -> AttachedStream:
+        """Attach to stdio; with ``logs`` the engine first replays what it has stored."""
+        ...
+
+    async def start(self, container_id: str) -> None:
+        """Start a created container."""
+        ...
+
+    async def wait(self, container_id: str) -> ContainerState:
+        """Block until the container is not running; return its final state."""
+        ...
+
+    async def kill(self, container_id: str, signal: Literal["SIGTERM", "SIGKILL"]) -> None:
+        """Signal PID 1; a container that is already gone or stopped is not an error."""
+        ...
+
+    async def inspect(self, container_id: str) -> ContainerState | None:
+        """Current state, or None when the container no longer exists."""
+        ...
+
+    async def remove(self, container_id: str) -> None:
+        """Force-remove; a container already gone is not an error."""
+        ...
+
+    async def list_labeled(self, label: str) -> list[ContainerSummary]:
+        """Containers (any state) carrying ``label`` (``key`` or ``key=value``)."""
+        ...
+
+    async def image_id(self, image: str) -> str | None:
+        """The id of a local image, or None when it is not present."""
+        ...
+
+    async def runtimes(self) -> set[str]:
+        """Names of the OCI runtimes the engine knows."""
+        ...
+
+    async def cpu_time_ns(self, container_id: str) -> int | None:
+        """Total CPU time the container has used, or None when unknown."""
+        ...
+
+    async def host_pids(self, container_id: str) -> list[int] | None:
+        """Host pids of the container's processes, or None when not observable."""
+        ...
+
+    async def ensure_network(self, name: str, labels: dict[str, str]) -> None:
+        """Create a bridge network if missing."""
+        ...
+
+    async def remove_network(self, name: str) -> None:
+        """Remove a network; missing is not an error."""
+        ...
+
+    async def connect_network(self, container_id: str, network: str) -> None:
+        """Attach a created container to a network."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and threads."""
+        ...

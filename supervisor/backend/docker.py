@@ -1,0 +1,507 @@
+"""Docker Engine backend: docker-py for control calls (offloaded), raw asyncio for streams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import ssl
+import urllib.parse
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal, TypeVar
+
+import docker
+import docker.errors
+import requests.exceptions
+import structlog
+
+from supervisor.backend.base import (
+    AttachedStream,
+    ContainerRequest,
+    ContainerState,
+    ContainerSummary,
+    Segment,
+)
+from supervisor.demux import FrameDemux
+from supervisor.errors import (
+    EngineError,
+    EngineUnavailable,
+    ImageMissing,
+    RuntimeUnavailable,
+    SupervisorError,
+)
+
+T = TypeVar("T")
+log = structlog.get_logger("supervisor.backend.docker")
+
+_READ_SIZE = 1 << 20
+_DEFAULT_SOCKET = "/var/run/docker.sock"
+
+
+class _NotFoundError(Exception):
+    """Internal: the engine answered 404."""
+
+
+def _translate(exc: BaseException, what: str) -> SupervisorError:
+    """Map docker-py / requests errors to our tree."""
+    if isinstance(exc, SupervisorError):
+        return exc
+    if isinstance(exc, docker.errors.ImageNotFound):
+        return ImageMissing(f"{what}: image not found: {exc.explanation or exc}")
+    if isinstance(exc, docker.errors.APIError):
+        text = str(exc.explanation or exc)
+        if "unknown or invalid runtime" in text or "runtime" in text and "not" in text:
+            return RuntimeUnavailable(f"{what}: {text}")
+        if exc.status_code == 404 and "No such image" in text:
+            return ImageMissing(f"{what}: {text}")
+        return EngineError(f"{what}: {text}")
+    if isinstance(exc, (requests.exceptions.ConnectionError, ConnectionError, OSError)):
+        return EngineUnavailable(f"{what}: the Docker engine does not answer ({exc})")
+    if isinstance(exc, docker.errors.DockerException):
+        return EngineUnavailable(f"{what}: {exc}")
+    return EngineError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+class _Endpoint:
+    """Where the engine listens, parsed from DOCKER_HOST (unix:// or tcp://, optional TLS)."""
+
+    def __init__(self, base_url: str | None) -> None:
+        url = base_url or os.environ.get("DOCKER_HOST") or f"unix://{_DEFAULT_SOCKET}"
+        self.url = url
+        parsed = urllib.parse.urlparse(url)
+        self.unix_path: str | None = None
+        self.host = ""
+        self.port = 0
+        self.ssl: ssl.SSLContext | None = None
+        if parsed.scheme in ("unix", "http+unix", ""):
+            self.unix_path = parsed.path or _DEFAULT_SOCKET
+        elif parsed.scheme in ("tcp", "http", "https"):
+            self.host = parsed.hostname or "127.0.0.1"
+            tls = parsed.scheme == "https" or os.environ.get("DOCKER_TLS_VERIFY", "") not in ("", "0")
+            self.port = parsed.port or (2376 if tls else 2375)
+            if tls:
+                ctx = ssl.create_default_context()
+                cert_path = os.environ.get("DOCKER_CERT_PATH")
+                if cert_path:
+                    ctx.load_verify_locations(os.path.join(cert_path, "ca.pem"))
+                    ctx.load_cert_chain(
+                        os.path.join(cert_path, "cert.pem"), os.path.join(cert_path, "key.pem")
+                    )
+                self.ssl = ctx
+        else:
+            raise EngineUnavailable(f"unsupported DOCKER_HOST scheme in {url!r} (unix, tcp)")
+
+    @property
+    def local(self) -> bool:
+        return self.unix_path is not None or self.host in ("127.0.0.1", "localhost", "::1")
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            if self.unix_path is not None:
+                return await asyncio.open_unix_connection(self.unix_path, limit=_READ_SIZE)
+            return await asyncio.open_connection(
+                self.host, self.port, ssl=self.ssl, limit=_READ_SIZE
+            )
+        except OSError as exc:
+            raise EngineUnavailable(
+                f"cannot connect to the Docker engine at {self.url}: {exc}"
+            ) from exc
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError) as exc:
+        raise EngineUnavailable(f"engine closed the connection: {exc}") from exc
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    status = int(parts[1])
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    return status, headers
+
+
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    if "content-length" in headers:
+        return await reader.readexactly(int(headers["content-length"]))
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        out = bytearray()
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            size = int(size_line.split(b";")[0].strip(), 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")
+                return bytes(out)
+            out += await reader.readexactly(size)
+            await reader.readexactly(2)
+    return await reader.read()
+
+
+class DockerAttach:
+    """A hijacked attach connection read with asyncio: no thread per task."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, stdin: bool
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._demux = FrameDemux()
+        self._stdin_open = stdin
+        self._closed = False
+
+    async def read(self) -> list[Segment] | None:
+        while True:
+            try:
+                data = await self._reader.read(_READ_SIZE)
+            except (ConnectionError, OSError):
+                data = b""
+            if not data:
+                return None
+            segments = self._demux.feed(data)
+            if segments:
+                return segments
+
+    async def write(self, data: bytes) -> None:
+        if not self._stdin_open or self._closed:
+            raise BrokenPipeError("stdin is closed")
+        self._writer.write(data)
+        await self._writer.drain()
+
+    async def close_stdin(self) -> None:
+        if self._stdin_open and not self._closed:
+            self._stdin_open = False
+            with contextlib.suppress(OSError, RuntimeError):
+                if self._writer.can_write_eof():
+                    self._writer.write_eof()
+                await self._writer.drain()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._writer.close()
+        with contextlib.suppress(OSError, ConnectionError, asyncio.CancelledError):
+            await asyncio.wait_for(self._writer.wait_closed(), 2)
+
+
+def _state_from_inspect(data: dict[str, Any]) -> ContainerState:
+    state = data.get("State") or {}
+    config = data.get("Config") or {}
+    return ContainerState(
+        id=data["Id"],
+        status=state.get("Status", "unknown"),
+        running=bool(state.get("Running")),
+        exit_code=state.get("ExitCode") if state.get("Status") in ("exited", "dead") else None,
+        oom_killed=bool(state.get("OOMKilled")),
+        error=state.get("Error") or None,
+        started_at=state.get("StartedAt"),
+        finished_at=state.get("FinishedAt"),
+        labels=config.get("Labels") or {},
+        pid=state.get("Pid") or None,
+        runtime=(data.get("HostConfig") or {}).get("Runtime"),
+    )
+
+
+def request_to_config(req: ContainerRequest) -> dict[str, Any]:
+    """Engine API body for POST /containers/create (pure; tested without an engine)."""
+    host_config: dict[str, Any] = {
+        "NetworkMode": req.network,
+        "CapDrop": ["ALL"],
+        "CapAdd": list(req.cap_add),
+        "SecurityOpt": ["no-new-privileges:true"],
+        "Privileged": False,
+        "ReadonlyRootfs": req.read_only,
+        "Tmpfs": dict(req.tmpfs),
+        "Memory": req.memory_bytes,
+        "MemorySwap": req.memory_bytes,
+        "NanoCpus": req.nano_cpus,
+        "PidsLimit": req.pids_limit,
+        "Ulimits": [{"Name": u.name, "Soft": u.soft, "Hard": u.hard} for u in req.ulimits],
+        "Init": req.init,
+        "Runtime": req.runtime,
+        "AutoRemove": False,
+        "RestartPolicy": {"Name": "no"},
+        "IpcMode": "private",
+        "LogConfig": {
+            "Type": "json-file",
+            "Config": {"max-size": req.log_max_size, "max-file": str(req.log_max_files)},
+        },
+        "Mounts": [
+            {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
+            for m in req.mounts
+        ],
+    }
+    return {
+        "Image": req.image,
+        "Cmd": list(req.command),
+        "Entrypoint": [],
+        "Env": [f"{k}={v}" for k, v in req.env.items()],
+        "Labels": dict(req.labels),
+        "User": req.user,
+        "WorkingDir": req.working_dir,
+        "Tty": False,
+        "OpenStdin": req.stdin_open,
+        # StdinOnce: when our attach half-closes, the engine closes the command's stdin
+        # (that is how send_input(eof=True) works). The price: if the supervisor dies, the
+        # dropped connection also gives the command EOF. See README "Crash semantics".
+        "StdinOnce": req.stdin_open,
+        "AttachStdin": req.stdin_open,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "StopSignal": "SIGTERM",
+        "HostConfig": host_config,
+    }
+
+
+class DockerBackend:
+    """The Docker Engine through its API. Every docker-py call runs in one bounded thread pool."""
+
+    name = "docker"
+
+    def __init__(self, base_url: str | None = None, *, max_workers: int = 16) -> None:
+        self._endpoint = _Endpoint(base_url)
+        self.local = self._endpoint.local
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="sbx-docker")
+        self._max_workers = max_workers
+        self._client: Any = None
+        self._api_prefix = "/v1.41"
+        self._client_lock = asyncio.Lock()
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    async def _offload(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    async def _api(self) -> Any:
+        if self._client is not None:
+            return self._client
+        async with self._client_lock:
+            if self._client is None:
+
+                def make() -> Any:
+                    return docker.APIClient(
+                        base_url=self._endpoint.url,
+                        version="auto",
+                        timeout=60,
+                        max_pool_size=self._max_workers,
+                        tls=bool(self._endpoint.ssl),
+                    )
+
+                try:
+                    client = await self._offload(make)
+                except Exception as exc:
+                    raise _translate(exc, "connect") from exc
+                self._api_prefix = f"/v{client.api_version}"
+                self._client = client
+        return self._client
+
+    async def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        client = await self._api()
+        try:
+            return await self._offload(getattr(client, method), *args, **kwargs)
+        except docker.errors.NotFound as exc:
+            if isinstance(exc, docker.errors.ImageNotFound):
+                raise _translate(exc, what) from exc
+            raise _NotFoundError(str(exc)) from exc
+        except Exception as exc:
+            raise _translate(exc, what) from exc
+
+    async def _raw(
+        self, method: str, path: str, *, timeout: float | None = None
+    ) -> tuple[int, bytes]:
+        """A plain request on its own connection (for long waits that must not hold a thread)."""
+        await self._api()
+        reader, writer = await self._endpoint.connect()
+        try:
+            writer.write(
+                f"{method} {self._api_prefix}{path} HTTP/1.1\r\nHost: docker\r\n"
+                "Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
+            )
+            await writer.drain()
+
+            async def exchange() -> tuple[int, bytes]:
+                status, headers = await _read_head(reader)
+                return status, await _read_body(reader, headers)
+
+            try:
+                return await asyncio.wait_for(exchange(), timeout)
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                raise EngineUnavailable(f"engine dropped {method} {path}: {exc}") from exc
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+
+    # -- Backend protocol -------------------------------------------------------------
+
+    async def ping(self) -> dict[str, str]:
+        info = await self._call("ping", "version")
+        return {
+            "version": str(info.get("Version", "?")),
+            "api_version": str(info.get("ApiVersion", "?")),
+            "os": str(info.get("Os", "?")),
+            "kernel": str(info.get("KernelVersion", "?")),
+        }
+
+    async def create(self, request: ContainerRequest) -> str:
+        client = await self._api()
+        config = request_to_config(request)
+        try:
+            result = await self._offload(client.create_container_from_config, config, request.name)
+        except docker.errors.NotFound as exc:
+            raise ImageMissing(
+                f"image {request.image!r} is not present on the engine; build it with "
+                f"`sbx images build` ({exc.explanation or exc})"
+            ) from exc
+        except Exception as exc:
+            raise _translate(exc, f"create container {request.name}") from exc
+        return str(result["Id"])
+
+    async def attach(self, container_id: str, *, stdin: bool, logs: bool) -> AttachedStream:
+        await self._api()
+        reader, writer = await self._endpoint.connect()
+        query = urllib.parse.urlencode(
+            {"stream": 1, "stdout": 1, "stderr": 1, "stdin": int(stdin), "logs": int(logs)}
+        )
+        writer.write(
+            f"POST {self._api_prefix}/containers/{container_id}/attach?{query} HTTP/1.1\r\n"
+            "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n"
+            .encode()
+        )
+        try:
+            await writer.drain()
+            status, headers = await _read_head(reader)
+        except BaseException:
+            writer.close()
+            raise
+        if status not in (101, 200):
+            body = b""
+            with contextlib.suppress(Exception):
+                body = await asyncio.wait_for(_read_body(reader, headers), 5)
+            writer.close()
+            if status == 404:
+                raise EngineError(f"attach: no such container {container_id[:12]}")
+            raise EngineError(f"attach {container_id[:12]}: HTTP {status}: {body[:200]!r}")
+        return DockerAttach(reader, writer, stdin=stdin)
+
+    async def start(self, container_id: str) -> None:
+        try:
+            await self._call("start", "start", container_id)
+        except _NotFoundError as exc:
+            raise EngineError(f"start: container {container_id[:12]} vanished") from exc
+
+    async def wait(self, container_id: str) -> ContainerState:
+        status, body = await self._raw("POST", f"/containers/{container_id}/wait?condition=not-running")
+        if status == 404:
+            raise EngineError(f"wait: container {container_id[:12]} vanished")
+        if status != 200:
+            raise EngineError(f"wait {container_id[:12]}: HTTP {status}: {body[:200]!r}")
+        state = await self.inspect(container_id)
+        if state is None:
+            code = json.loads(body or b"{}").get("StatusCode")
+            return ContainerState(id=container_id, status="exited", running=False, exit_code=code)
+        return state
+
+    async def kill(self, container_id: str, signal: Literal["SIGTERM", "SIGKILL"]) -> None:
+        try:
+            await self._call("kill", "kill", container_id, signal=signal)
+        except _NotFoundError:
+            return
+        except EngineError as exc:
+            if "is not running" in str(exc):
+                return
+            raise
+
+    async def inspect(self, container_id: str) -> ContainerState | None:
+        try:
+            data = await self._call("inspect", "inspect_container", container_id)
+        except _NotFoundError:
+            return None
+        return _state_from_inspect(data)
+
+    async def remove(self, container_id: str) -> None:
+        try:
+            await self._call("remove", "remove_container", container_id, force=True, v=True)
+        except _NotFoundError:
+            return
+        except EngineError as exc:
+            if "already in progress" in str(exc) or "No such container" in str(exc):
+                return
+            raise
+
+    async def list_labeled(self, label: str) -> list[ContainerSummary]:
+        rows = await self._call("list", "containers", all=True, filters={"label": label})
+        return [
+            ContainerSummary(id=r["Id"], status=r.get("State", "?"), labels=r.get("Labels") or {})
+            for r in rows
+        ]
+
+    async def image_id(self, image: str) -> str | None:
+        try:
+            data = await self._call("inspect image", "inspect_image", image)
+        except (_NotFoundError, ImageMissing):
+            return None
+        return str(data["Id"])
+
+    async def runtimes(self) -> set[str]:
+        info = await self._call("info", "info")
+        return set((info.get("Runtimes") or {}).keys())
+
+    async def cpu_time_ns(self, container_id: str) -> int | None:
+        try:
+            stats = await self._call("stats", "stats", container_id, stream=False, one_shot=True)
+        except (_NotFoundError, EngineError):
+            return None
+        try:
+            return int(stats["cpu_stats"]["cpu_usage"]["total_usage"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    async def host_pids(self, container_id: str) -> list[int] | None:
+        if not self.local:
+            return None
+        try:
+            top = await self._call("top", "top", container_id, ps_args="-o pid")
+        except (_NotFoundError, EngineError):
+            return None
+        titles = top.get("Titles") or []
+        if "PID" not in titles:
+            return None
+        idx = titles.index("PID")
+        pids: list[int] = []
+        for row in top.get("Processes") or []:
+            with contextlib.suppress(ValueError, IndexError):
+                pids.append(int(row[idx]))
+        return pids
+
+    async def ensure_network(self, name: str, labels: dict[str, str]) -> None:
+        existing = await self._call("networks", "networks", names=[name])
+        if any(n.get("Name") == name for n in existing):
+            return
+        try:
+            await self._call("create network", "create_network", name, driver="bridge",
+                             labels=labels, check_duplicate=True)
+        except EngineError as exc:
+            if "already exists" not in str(exc):
+                raise
+
+    async def remove_network(self, name: str) -> None:
+        with contextlib.suppress(_NotFoundError):
+            await self._call("remove network", "remove_network", name)
+
+    async def connect_network(self, container_id: str, network: str) -> None:
+        await self._call("connect network", "connect_container_to_network", container_id, network)
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await self._offload(client.close)
+        self._pool.shutdown(wait=False, cancel_futures=True)

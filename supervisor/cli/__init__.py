@@ -1,0 +1,1 @@
+"""The ``sbx`` command line."""

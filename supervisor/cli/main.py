@@ -1,0 +1,66 @@
+"""``sbx``: entry point. Each subcommand lives in its own module with ``register()``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from supervisor.cli.common import HelpFormatter
+
+#: Subcommand modules, in help order. Each has ``register(subparsers)`` which sets
+#: ``func(args) -> int`` on its parser(s).
+_MODULES = (
+    "supervisor.cli.walkthrough",
+    "supervisor.cli.images",
+    "supervisor.cli.doctor",
+)
+
+EPILOG = """\
+examples:
+  sbx doctor                 check the engine, runtimes and images
+  sbx images build           build the sandbox images (offline)
+  sbx demo                   run a background command in a sandbox and watch it
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sbx",
+        description="Run every background command an AI agent launches in its own hardened "
+        "Docker container.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--log-level", default=None, help="debug, info, warning, error")
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(subs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    from supervisor.logs import configure_logging  # noqa: PLC0415
+
+    configure_logging(args.log_level)
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

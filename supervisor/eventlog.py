@@ -1,0 +1,223 @@
+"""A session's event log: assigns seq, stores durably first, then fans out to readers and sinks."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import structlog
+
+from supervisor.errors import StateStorageError
+from supervisor.events import BaseEvent, EventsGap, parse_event
+from supervisor.sinks import Sink, SinkRunner
+from supervisor.store import StateStore
+
+log = structlog.get_logger("supervisor.eventlog")
+
+#: Seqs are reserved in blocks in the store, so a seq handed out while the store could not
+#: be written is still never reused after a restart.
+_SEQ_BLOCK = 10_000
+
+
+class EventLog:
+    """Per-session, strictly increasing ``seq``; durable first, fan-out second.
+
+    ``emit`` never blocks: it queues the event; a flusher commits batches (group commit) and
+    then publishes them, in seq order, to the in-memory window, waiting readers and sinks.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        store: StateStore,
+        *,
+        memory_events: int = 20_000,
+        retention_events: int = 100_000,
+        sink_queue: int = 1024,
+    ) -> None:
+        self.session_id = session_id
+        self._store = store
+        self._memory_events = memory_events
+        self.retention_events = retention_events
+        self._sink_queue = sink_queue
+        self._next_seq = 1
+        self._reserved_until = 0
+        self._pending: list[BaseEvent] = []
+        self._window: list[BaseEvent] = []
+        self._published_seq = 0
+        self._sinks: list[SinkRunner] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._closed = False
+        self._since_prune = 0
+        self.degraded = False
+
+    @property
+    def last_seq(self) -> int:
+        """Highest seq published so far."""
+        return self._published_seq
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def load(self) -> None:
+        """Continue numbering after what the store holds (and after any reserved block)."""
+        _, hi = await self._store.seq_bounds(self.session_id)
+        reserved = await self._store.get_meta(f"seq_reserved:{self.session_id}")
+        start = max(hi, int(reserved or 0)) + 1
+        self._next_seq = start
+        self._published_seq = start - 1
+        self._reserved_until = start - 1
+        self._closed = False
+
+    def emit(self, event: BaseEvent) -> BaseEvent:
+        """Assign seq and timestamp, queue for storage and delivery; returns the logged event."""
+        if self._closed:
+            raise RuntimeError(f"event log of session {self.session_id} is closed")
+        logged = event.model_copy(update={"seq": self._next_seq, "ts": time.time()})
+        self._next_seq += 1
+        self._pending.append(logged)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name=f"eventlog-{self.session_id}")
+        return logged
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            top = batch[-1].seq
+            try:
+                if top > self._reserved_until:
+                    self._reserved_until = top + _SEQ_BLOCK
+                    await self._store.set_meta(
+                        f"seq_reserved:{self.session_id}", str(self._reserved_until)
+                    )
+                await self._store.append_events(
+                    [
+                        (self.session_id, ev.seq, ev.type, ev.task_id, ev.model_dump_json())  # type: ignore[attr-defined]
+                        for ev in batch
+                    ]
+                )
+                self.degraded = False
+                self._since_prune += len(batch)
+            except StateStorageError as exc:
+                # Availability over durability: deliver anyway, say so once.
+                if not self.degraded:
+                    log.error("event_store_failed", session_id=self.session_id, error=str(exc))
+                self.degraded = True
+            self._publish(batch)
+            if self._since_prune >= 5_000:
+                self._since_prune = 0
+                with contextlib.suppress(StateStorageError):
+                    await self._store.prune_events(self.session_id, self.retention_events)
+
+    def _publish(self, batch: list[BaseEvent]) -> None:
+        self._window.extend(batch)
+        if len(self._window) > 2 * self._memory_events:
+            del self._window[: len(self._window) - self._memory_events]
+        self._published_seq = batch[-1].seq
+        for runner in self._sinks:
+            for ev in batch:
+                runner.offer(ev)
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def flushed(self) -> None:
+        """Wait until everything emitted so far is stored and published."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+
+    def add_sink(self, sink: Sink, *, after_seq: int | None = None) -> SinkRunner:
+        """Attach a sink; with ``after_seq`` it first receives the stored events after it."""
+        runner = SinkRunner(sink, self.session_id, maxsize=self._sink_queue)
+        runner.start()
+        if after_seq is not None:
+            asyncio.create_task(self._backfill(runner, after_seq))  # noqa: RUF006 - owned by runner
+        else:
+            self._sinks.append(runner)
+        return runner
+
+    async def _backfill(self, runner: SinkRunner, after_seq: int) -> None:
+        cursor = after_seq
+        while True:
+            batch = await self.read_after(cursor, 500)
+            if not batch:
+                break
+            for ev in batch:
+                runner.offer(ev)
+                cursor = ev.seq
+        self._sinks.append(runner)
+        # Events published between the last read and joining the live list:
+        for ev in await self.read_after(cursor, 1_000_000):
+            runner.offer(ev)
+
+    async def remove_sink(self, runner: SinkRunner) -> None:
+        if runner in self._sinks:
+            self._sinks.remove(runner)
+        await runner.aclose()
+
+    async def read_after(self, after_seq: int, limit: int) -> list[BaseEvent]:
+        """Published events with seq > after_seq (at most ``limit``), from memory or the store.
+
+        When the log no longer holds ``after_seq + 1`` the first item is an ``events.gap``.
+        """
+        if after_seq >= self._published_seq:
+            return []
+        window = self._window
+        if window and window[0].seq <= after_seq + 1:
+            i = bisect.bisect_right(window, after_seq, key=lambda e: e.seq)
+            return window[i : i + limit]
+        rows = await self._store.read_events(self.session_id, after_seq, limit)
+        events: list[BaseEvent] = [parse_event(r) for r in rows]
+        events = [e for e in events if e.seq <= self._published_seq]
+        first_available = events[0].seq if events else (window[0].seq if window else None)
+        if first_available is not None and first_available > after_seq + 1:
+            gap = EventsGap(
+                session_id=self.session_id,
+                seq=first_available - 1,
+                first_seq=after_seq + 1,
+                last_seq=first_available - 1,
+                why="retention",
+            )
+            return [gap, *events[: max(0, limit - 1)]]
+        if not events and window:
+            i = bisect.bisect_right(window, after_seq, key=lambda e: e.seq)
+            return window[i : i + limit]
+        return events
+
+    async def wait_beyond(self, seq: int, timeout: float | None = None) -> bool:
+        """Wait until an event with seq > ``seq`` is published; False on timeout or close."""
+        while self._published_seq <= seq:
+            if self._closed:
+                return False
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                return False
+        return True
+
+    async def follow(self, after_seq: int = 0, *, follow: bool = True) -> AsyncIterator[BaseEvent]:
+        """Replay events after ``after_seq``, then (with ``follow``) wait for new ones until the
+        log closes. A slow reader only slows itself."""
+        cursor = after_seq
+        while True:
+            batch = await self.read_after(cursor, 1000)
+            if batch:
+                for ev in batch:
+                    yield ev
+                    cursor = ev.seq
+                continue
+            if not follow or self._closed:
+                return
+            await self.wait_beyond(cursor)
+
+    async def aclose(self, sink_timeout: float = 5.0) -> None:
+        """Flush, close sinks (delivering what they have queued) and stop followers."""
+        await self.flushed()
+        self._closed = True
+        self._changed.set()
+        runners, self._sinks = self._sinks, []
+        await asyncio.gather(*(r.aclose(sink_timeout) for r in runners))

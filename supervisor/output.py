@@ -1,0 +1,193 @@
+"""Output files: one append-only writer per task, capped; offset reads and tails."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from concurrent.futures import Executor
+from pathlib import Path
+
+from supervisor.models import OutputSlice
+
+
+def cap_marker(cap: int) -> bytes:
+    """Written once into the file when the output cap is reached."""
+    return f"\n[sbx: output cap of {cap} bytes reached; further output is dropped]\n".encode()
+
+
+def dropped_marker(dropped: int) -> bytes:
+    """Written at the end when output was dropped."""
+    return f"[sbx: {dropped} bytes of output were dropped after the cap]\n".encode()
+
+
+def gap_marker(nbytes: int, why: str) -> bytes:
+    """Written when output could not be stored (full disk) or was lost by the engine."""
+    return f"\n[sbx: {nbytes} bytes of output missing here: {why}]\n".encode()
+
+
+class OutputFile:
+    """Appends a task's merged output; all file I/O runs in ``io`` so the loop never blocks.
+
+    Only one coroutine (the task's capture loop) calls ``append``; order is its order.
+    ``task_bytes`` counts the command's bytes written; markers are extra. When the disk
+    is full the bytes are counted as a gap and written as a marker once space returns.
+    """
+
+    def __init__(self, path: Path, cap: int, io: Executor) -> None:
+        self.path = path
+        self.cap = cap
+        self._io = io
+        self._fd: int | None = None
+        self.task_bytes = 0
+        self.file_size = 0
+        self.dropped = 0
+        self.gap_bytes = 0
+        self._pending_gap = 0
+        self._closed = False
+
+    async def _run(self, fn: object, *args: object) -> object:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._io, fn, *args)  # type: ignore[arg-type]
+
+    async def open(self, *, task_bytes: int = 0) -> None:
+        """Create (or reopen for append) the file."""
+
+        def do_open() -> tuple[int, int]:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640)
+            return fd, os.fstat(fd).st_size
+
+        fd, size = await self._run(do_open)  # type: ignore[misc]
+        self._fd = fd
+        self.file_size = size
+        self.task_bytes = task_bytes
+
+    def _write_all(self, data: bytes) -> int:
+        assert self._fd is not None
+        view = memoryview(data)
+        total = 0
+        while total < len(view):
+            total += os.write(self._fd, view[total:])
+        return total
+
+    async def _write(self, data: bytes) -> bool:
+        """Write; on a full disk count the bytes as a gap instead of failing the task."""
+        if self._pending_gap:
+            try:
+                await self._run(self._write_all, gap_marker(self._pending_gap, "disk full"))
+                self._pending_gap = 0
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                self._pending_gap += len(data)
+                self.gap_bytes += len(data)
+                return False
+        try:
+            written = await self._run(self._write_all, data)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self._pending_gap += len(data)
+            self.gap_bytes += len(data)
+            return False
+        self.file_size += int(written)  # type: ignore[call-overload]
+        return True
+
+    async def append(self, data: bytes) -> None:
+        """Append command output, enforcing the cap."""
+        if not data:
+            return
+        room = self.cap - self.task_bytes
+        if room <= 0:
+            self.dropped += len(data)
+            return
+        if len(data) > room:
+            keep, rest = data[:room], data[room:]
+            if await self._write(keep):
+                self.task_bytes += len(keep)
+            await self._write(cap_marker(self.cap))
+            self.dropped += len(rest)
+            return
+        if await self._write(data):
+            self.task_bytes += len(data)
+
+    async def note_gap(self, nbytes: int, why: str) -> None:
+        """Record output that is known to be missing (e.g. rotated away by the engine)."""
+        await self._write(gap_marker(nbytes, why))
+
+    @property
+    def size_for_reads(self) -> int:
+        return self.file_size
+
+    async def close(self) -> None:
+        """Write the final truncation record (if any) and close. Idempotent."""
+        if self._closed or self._fd is None:
+            return
+        self._closed = True
+        if self.dropped:
+            await self._write(dropped_marker(self.dropped))
+        if self._pending_gap:
+            await self._write(b"")
+        fd, self._fd = self._fd, None
+        await self._run(os.close, fd)
+
+
+def _read_range(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
+    try:
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if offset >= size:
+                return b"", size
+            fh.seek(offset)
+            return fh.read(limit), size
+    except FileNotFoundError:
+        return b"", 0
+
+
+def _utf8_safe_end(data: bytes) -> int:
+    """Length of ``data`` without a trailing incomplete UTF-8 sequence (at most 3 bytes)."""
+    n = len(data)
+    for back in range(1, min(4, n) + 1):
+        b = data[n - back]
+        if b & 0xC0 != 0x80:  # a lead byte or ASCII
+            need = 1 if b < 0x80 else 2 if b >> 5 == 0b110 else 3 if b >> 4 == 0b1110 else (
+                4 if b >> 3 == 0b11110 else 1
+            )
+            return n - back if need > back else n
+    return n
+
+
+async def read_slice(
+    path: Path, offset: int, limit: int, *, ended: bool, io: Executor | None = None
+) -> OutputSlice:
+    """Read ``limit`` bytes at ``offset``. A slice never ends inside a UTF-8 character
+    unless the file itself ends there, so decoded slices stitch together cleanly."""
+    loop = asyncio.get_running_loop()
+    data, size = await loop.run_in_executor(io, _read_range, path, offset, limit)
+    end = offset + len(data)
+    if data and end < size:
+        cut = _utf8_safe_end(data)
+        if cut > 0:
+            data = data[:cut]
+            end = offset + cut
+    return OutputSlice(data=data, offset=offset, next_offset=end, eof=ended and end >= size)
+
+
+async def read_tail(path: Path, chars: int, io: Executor | None = None) -> str:
+    """The last ``chars`` characters of the file, decoded with replacement."""
+    loop = asyncio.get_running_loop()
+
+    def tail() -> bytes:
+        try:
+            with path.open("rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                start = max(0, size - chars * 4)
+                fh.seek(start)
+                return fh.read()
+        except FileNotFoundError:
+            return b""
+
+    raw = await loop.run_in_executor(io, tail)
+    text = raw.decode("utf-8", "replace")
+    return text[-chars:] if chars > 0 else ""

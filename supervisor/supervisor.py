@@ -1,0 +1,425 @@
+"""The Supervisor: owns the engine connection, the state store, policies and sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import structlog
+
+from supervisor.backend.base import Backend
+from supervisor.errors import (
+    EngineUnavailable,
+    ImageMissing,
+    PolicyError,
+    RuntimeUnavailable,
+    SessionNotFound,
+    StateStorageError,
+    SupervisorError,
+)
+from supervisor.eventlog import EventLog
+from supervisor.ids import check_session_id, new_session_id
+from supervisor.policy import Policy, PolicySet, default_policies_dir
+from supervisor.session import Session
+from supervisor.sinks import Sink
+from supervisor.store import StateStore
+
+log = structlog.get_logger("supervisor")
+
+LABEL_OWNER = "io.sbx.owner"
+LABEL_PREFIX = "io.sbx."
+_RUNTIME_CACHE_S = 30.0
+_IMAGE_CACHE_S = 10.0
+
+
+def default_state_dir() -> Path:
+    """``$SBX_STATE_DIR``, else ``$XDG_STATE_HOME/sbx``, else ``~/.local/state/sbx``."""
+    env = os.environ.get("SBX_STATE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return Path(xdg) / "sbx" if xdg else Path.home() / ".local" / "state" / "sbx"
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def _pid_start(pid: int) -> str | None:
+    """Kernel start time of ``pid`` (clock ticks since boot), or None if it is not alive."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_alive(labels: dict[str, str]) -> bool | None:
+    """Is the supervisor that labeled a container still running? None when we cannot tell."""
+    boot = labels.get(LABEL_PREFIX + "owner.boot")
+    host = labels.get(LABEL_PREFIX + "owner.host")
+    pid = labels.get(LABEL_PREFIX + "owner.pid")
+    start = labels.get(LABEL_PREFIX + "owner.pidstart")
+    if boot is None or pid is None:
+        return None
+    if boot != _boot_id():
+        # Same host name but another boot: the machine restarted, the owner is gone.
+        return False if host == socket.gethostname() else None
+    try:
+        actual = _pid_start(int(pid))
+    except ValueError:
+        return None
+    return actual is not None and actual == start
+
+
+SinkFactory = Callable[[str], Iterable[Sink]]
+
+
+class Supervisor:
+    """Entry point of the library. Use as ``async with Supervisor(...) as sup:``.
+
+    ``stop_tasks_on_close``: on ``aclose()`` end every session (the library default, so a
+    script leaves nothing behind). The daemon passes False so a restart re-adopts tasks.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | Path | None = None,
+        policies_dir: str | Path | None = None,
+        *,
+        docker_host: str | None = None,
+        backend: Backend | None = None,
+        sinks: SinkFactory | None = None,
+        stop_tasks_on_close: bool = True,
+        workspace_roots: Sequence[str | Path] = (),
+        event_retention: int = 100_000,
+        require_engine: bool = True,
+        sweep_orphans: bool = True,
+    ) -> None:
+        self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+        pdir = Path(policies_dir) if policies_dir is not None else default_policies_dir()
+        self.policies = PolicySet(pdir)
+        self._docker_host = docker_host
+        self._backend = backend
+        self._sink_factory = sinks
+        self.stop_tasks_on_close = stop_tasks_on_close
+        roots = workspace_roots or [
+            p for p in os.environ.get("SBX_WORKSPACE_ROOTS", "").split(":") if p
+        ]
+        self.workspace_roots = [Path(r) for r in roots]
+        self.event_retention = event_retention
+        self.require_engine = require_engine
+        self.sweep_orphans = sweep_orphans
+        self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sbx-io")
+        self.store = StateStore(self.state_dir / "state.db")
+        self.instance_id = ""
+        self.stall_watcher: Any = None
+        self._sessions: dict[str, Session] = {}
+        self._session_lock = asyncio.Lock()
+        self._lock_fd: int | None = None
+        self._engine_ok = False
+        self._engine_info: dict[str, str] = {}
+        self._engine_checked = 0.0
+        self._reconnect: asyncio.Task[None] | None = None
+        self._runtimes: tuple[float, set[str]] = (0.0, set())
+        self._runsc_probe: asyncio.Task[str | None] | None = None
+        self._images: dict[str, tuple[float, str | None]] = {}
+        self._started = False
+        self._closed = False
+        self._owner_labels: dict[str, str] = {}
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> Supervisor:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            raise SupervisorError("supervisor is not started")
+        return self._backend
+
+    async def start(self) -> None:
+        """Lock the state dir, open the store, connect to the engine, sweep orphans."""
+        if self._started:
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.io, self._lock_state_dir)
+        await self.store.open()
+        instance = await self.store.get_meta("instance_id")
+        if instance is None:
+            instance = secrets.token_hex(8)
+            await self.store.set_meta("instance_id", instance)
+        self.instance_id = instance
+        self._owner_labels = {
+            LABEL_OWNER: instance,
+            LABEL_PREFIX + "owner.host": socket.gethostname(),
+            LABEL_PREFIX + "owner.boot": _boot_id(),
+            LABEL_PREFIX + "owner.pid": str(os.getpid()),
+            LABEL_PREFIX + "owner.pidstart": _pid_start(os.getpid()) or "",
+        }
+        if self._backend is None:
+            from supervisor.backend.docker import DockerBackend  # noqa: PLC0415 - optional dep
+
+            self._backend = DockerBackend(self._docker_host)
+        if self.stall_watcher is None:
+            from supervisor.stall_watch import StallWatcher  # noqa: PLC0415 - avoid cycle
+
+            self.stall_watcher = StallWatcher(self._backend, self.io)
+        self._started = True
+        try:
+            self._engine_info = await self._backend.ping()
+            self._engine_ok = True
+            self._engine_checked = loop.time()
+        except EngineUnavailable:
+            if self.require_engine:
+                await self.aclose()
+                raise
+            self._start_reconnect()
+        if self._engine_ok and self.sweep_orphans:
+            await self.sweep()
+        log.info("supervisor_started", instance_id=instance, state_dir=str(self.state_dir))
+
+    def _lock_state_dir(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = self.state_dir / "supervisor.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StateStorageError(
+                f"state dir {self.state_dir} is in use by another supervisor (pid {holder})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    async def aclose(self) -> None:
+        """End (or release, see ``stop_tasks_on_close``) all sessions; close everything."""
+        if self._closed:
+            return
+        self._closed = True
+        sessions = list(self._sessions.values())
+        if self.stop_tasks_on_close:
+            await asyncio.gather(*(s.end() for s in sessions), return_exceptions=True)
+        else:
+            await asyncio.gather(*(s.release() for s in sessions), return_exceptions=True)
+        if self._reconnect is not None:
+            self._reconnect.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconnect
+        if self.stall_watcher is not None:
+            await self.stall_watcher.aclose()
+        if self._runsc_probe is not None and not self._runsc_probe.done():
+            self._runsc_probe.cancel()
+        if self._backend is not None:
+            await self._backend.aclose()
+        with contextlib.suppress(Exception):
+            await self.store.close()
+        self.io.shutdown(wait=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- engine health -------------------------------------------------------------
+
+    @property
+    def engine_ok(self) -> bool:
+        return self._engine_ok
+
+    @property
+    def engine_info(self) -> dict[str, str]:
+        return dict(self._engine_info)
+
+    def mark_engine_down(self, why: str) -> None:
+        if self._engine_ok:
+            log.warning("engine_down", error=why)
+        self._engine_ok = False
+        self._start_reconnect()
+
+    def _start_reconnect(self) -> None:
+        if self._reconnect is None or self._reconnect.done():
+            self._reconnect = asyncio.create_task(self._reconnect_loop(), name="engine-reconnect")
+
+    async def _reconnect_loop(self) -> None:
+        delay = 0.5
+        while not self._closed:
+            try:
+                self._engine_info = await asyncio.wait_for(self.backend.ping(), 5)
+            except (EngineUnavailable, TimeoutError):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            self._engine_ok = True
+            log.info("engine_back", **self._engine_info)
+            return
+
+    async def ensure_engine(self) -> None:
+        """Fail fast with EngineUnavailable when the engine is known (or found) to be down."""
+        loop = asyncio.get_running_loop()
+        if self._engine_ok and loop.time() - self._engine_checked < 5.0:
+            return
+        try:
+            self._engine_info = await asyncio.wait_for(self.backend.ping(), 3)
+        except (EngineUnavailable, TimeoutError) as exc:
+            self.mark_engine_down(str(exc))
+            raise EngineUnavailable(
+                "the Docker engine does not answer; start it with `make engine` "
+                "(or point DOCKER_HOST at one)"
+            ) from exc
+        self._engine_ok = True
+        self._engine_checked = loop.time()
+
+    async def runtimes(self) -> set[str]:
+        loop = asyncio.get_running_loop()
+        stamp, cached = self._runtimes
+        if loop.time() - stamp < _RUNTIME_CACHE_S and cached:
+            return cached
+        names = await self.backend.runtimes()
+        self._runtimes = (loop.time(), names)
+        return names
+
+    async def check_runtime(self, runtime: str) -> None:
+        """Raise RuntimeUnavailable when ``runtime`` is not registered or (runsc) cannot start
+        a container. Never falls back to another runtime."""
+        if runtime == "runc":
+            return
+        if runtime not in await self.runtimes():
+            raise RuntimeUnavailable(
+                f"runtime {runtime!r} is not registered with the engine, so this policy cannot "
+                "run (it never falls back to runc); install gVisor with `make engine`"
+            )
+        if runtime == "runsc":
+            if self._runsc_probe is None:
+                self._runsc_probe = asyncio.create_task(self._probe_runsc())
+            problem = await asyncio.shield(self._runsc_probe)
+            if problem is not None:
+                raise RuntimeUnavailable(
+                    f"runtime runsc is registered but cannot start a container ({problem}); "
+                    "this policy never falls back to runc"
+                )
+
+    async def _probe_runsc(self) -> str | None:
+        from supervisor.doctor import probe_runtime  # noqa: PLC0415 - avoid import cycle
+
+        return await probe_runtime(self.backend, "runsc", self.policies)
+
+    async def check_image(self, policy: Policy) -> None:
+        """ImageMissing when the policy's image is absent; PolicyError when a pin mismatches."""
+        loop = asyncio.get_running_loop()
+        stamp, image_id = self._images.get(policy.image, (0.0, None))
+        if image_id is None or loop.time() - stamp > _IMAGE_CACHE_S:
+            image_id = await self.backend.image_id(policy.image)
+            self._images[policy.image] = (loop.time(), image_id)
+        if image_id is None:
+            raise ImageMissing(
+                f"image {policy.image!r} (policy {policy.name!r}) is not present on the engine; "
+                "build it with `sbx images build` or `make images`"
+            )
+        if policy.image_id is not None and image_id != policy.image_id:
+            raise PolicyError(
+                f"policy {policy.name!r} pins image_id {policy.image_id} but {policy.image!r} is "
+                f"{image_id}; rebuild or update the pin"
+            )
+
+    # -- labels and orphans ----------------------------------------------------------
+
+    def container_labels(self, **fields: Any) -> dict[str, str]:
+        labels = dict(self._owner_labels)
+        for key, value in fields.items():
+            labels[LABEL_PREFIX + key.replace("_", "-")] = "" if value is None else str(value)
+        return labels
+
+    async def sweep(self) -> int:
+        """Stop and remove containers whose owning supervisor is gone. Never touches
+        unlabeled containers or those of a live owner. Returns how many were removed."""
+        removed = 0
+        try:
+            rows = await self.backend.list_labeled(LABEL_OWNER)
+        except EngineUnavailable:
+            return 0
+        for row in rows:
+            owner = row.labels.get(LABEL_OWNER)
+            if owner == self.instance_id:
+                if await self.adopt_or_reap(row.id, row.labels):
+                    removed += 1
+                continue
+            if owner_alive(row.labels) is False:
+                log.info("reaping_orphan", container=row.id[:12], owner=owner)
+                with contextlib.suppress(SupervisorError):
+                    await self.backend.remove(row.id)
+                    removed += 1
+        return removed
+
+    async def adopt_or_reap(self, container_id: str, labels: dict[str, str]) -> bool:
+        """A container of our own instance left by a previous run. Reaped for now."""
+        log.info("reaping_own_leftover", container=container_id[:12])
+        with contextlib.suppress(SupervisorError):
+            await self.backend.remove(container_id)
+            return True
+        return False
+
+    # -- sessions --------------------------------------------------------------------
+
+    async def open_session(
+        self, session_id: str | None = None, *, sinks: Iterable[Sink] = ()
+    ) -> Session:
+        """The session with this id (created on first use; idempotent)."""
+        if self._closed or not self._started:
+            raise SupervisorError("supervisor is not running (use `async with Supervisor()`)")
+        sid = check_session_id(session_id) if session_id is not None else new_session_id()
+        async with self._session_lock:
+            session = self._sessions.get(sid)
+            if session is None:
+                existing = await self.store.get_session(sid)
+                created = existing[0] if existing else time.time()
+                events = EventLog(sid, self.store, retention_events=self.event_retention)
+                await events.load()
+                session = Session(self, sid, events, created)
+                await self.store.put_session(sid, created, None, json.dumps({}))
+                self._sessions[sid] = session
+                if self._sink_factory is not None:
+                    for sink in self._sink_factory(sid):
+                        session.add_sink(sink)
+            for sink in sinks:
+                session.add_sink(sink)
+            return session
+
+    def session(self, session_id: str) -> Session:
+        """An open session; SessionNotFound otherwise."""
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise SessionNotFound(session_id) from None
+
+    def sessions(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    def _forget(self, session: Session) -> None:
+        if self._sessions.get(session.session_id) is session:
+            del self._sessions[session.session_id]
