@@ -36,13 +36,13 @@ class EventLog:
         *,
         memory_events: int = 20_000,
         retention_events: int = 100_000,
-        sink_queue: int = 1024,
+        sink_max_lag: int = 10_000,
     ) -> None:
         self.session_id = session_id
         self._store = store
         self._memory_events = memory_events
         self.retention_events = retention_events
-        self._sink_queue = sink_queue
+        self._sink_max_lag = sink_max_lag
         self._next_seq = 1
         self._reserved_until = 0
         self._pending: list[BaseEvent] = []
@@ -119,9 +119,6 @@ class EventLog:
         if len(self._window) > 2 * self._memory_events:
             del self._window[: len(self._window) - self._memory_events]
         self._published_seq = batch[-1].seq
-        for runner in self._sinks:
-            for ev in batch:
-                runner.offer(ev)
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -130,34 +127,26 @@ class EventLog:
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
 
-    def add_sink(self, sink: Sink, *, after_seq: int | None = None) -> SinkRunner:
-        """Attach a sink; with ``after_seq`` it first receives the stored events after it."""
-        runner = SinkRunner(sink, self.session_id, maxsize=self._sink_queue)
-        runner.start()
-        if after_seq is not None:
-            asyncio.create_task(self._backfill(runner, after_seq))  # noqa: RUF006 - owned by runner
-        else:
-            self._sinks.append(runner)
-        return runner
-
-    async def _backfill(self, runner: SinkRunner, after_seq: int) -> None:
-        cursor = after_seq
-        while True:
-            batch = await self.read_after(cursor, 500)
-            if not batch:
-                break
-            for ev in batch:
-                runner.offer(ev)
-                cursor = ev.seq
+    def add_sink(
+        self, sink: Sink, *, after_seq: int | None = None, max_lag: int | None = None
+    ) -> SinkRunner:
+        """Attach a sink: it receives events after ``after_seq`` (default: from now on). A sink
+        more than ``max_lag`` events behind skips ahead and gets an ``events.gap``."""
+        runner = SinkRunner(
+            sink,
+            self,
+            self.session_id,
+            after_seq=self._published_seq if after_seq is None else after_seq,
+            max_lag=self._sink_max_lag if max_lag is None else max_lag,
+        )
         self._sinks.append(runner)
-        # Events published between the last read and joining the live list:
-        for ev in await self.read_after(cursor, 1_000_000):
-            runner.offer(ev)
+        runner.start()
+        return runner
 
     async def remove_sink(self, runner: SinkRunner) -> None:
         if runner in self._sinks:
             self._sinks.remove(runner)
-        await runner.aclose()
+        await runner.detach()
 
     async def read_after(self, after_seq: int, limit: int) -> list[BaseEvent]:
         """Published events with seq > after_seq (at most ``limit``), from memory or the store.

@@ -143,12 +143,16 @@ def container_request(
     if p.init:
         # Forward SIGTERM to the command's whole process group, not just ``sh``.
         env["TINI_KILL_PROCESS_GROUP"] = "1"
+    uid, _, gid = p.user.partition(":")
     tmpfs = {}
     for t in p.tmpfs:
-        opts = f"rw,nosuid,nodev,size={t.size_mb}m,nr_inodes={t.nr_inodes},mode={t.mode}"
-        if not t.exec_allowed:
-            opts += ",noexec"
-        tmpfs[t.path] = opts
+        # Owned by the task's user: Docker 20.10 loses ``mode`` when the working directory
+        # is the mount point, so ownership is what keeps it writable. The engine defaults
+        # to noexec, so say which one we mean.
+        tmpfs[t.path] = (
+            f"rw,{'exec' if t.exec_allowed else 'noexec'},nosuid,nodev,size={t.size_mb}m,"
+            f"nr_inodes={t.nr_inodes},mode={t.mode},uid={uid},gid={gid or uid}"
+        )
     return ContainerRequest(
         name=name,
         image=image or p.image,

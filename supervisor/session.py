@@ -261,9 +261,13 @@ class Session:
         """Events with seq > ``after_seq`` still held, then live ones until the session ends."""
         return self._log.follow(after_seq, follow=follow)
 
-    def add_sink(self, sink: Sink, *, after_seq: int | None = None) -> SinkRunner:
-        """Deliver this session's events to ``sink`` (from ``after_seq`` if given, else live)."""
-        return self._log.add_sink(sink, after_seq=after_seq)
+    def add_sink(
+        self, sink: Sink, *, after_seq: int | None = None, max_lag: int | None = None
+    ) -> SinkRunner:
+        """Deliver this session's events to ``sink`` (after ``after_seq`` if given, else from
+        now on). A sink more than ``max_lag`` events behind (default: the supervisor's
+        ``sink_max_lag``) skips the oldest and receives an ``events.gap`` naming them."""
+        return self._log.add_sink(sink, after_seq=after_seq, max_lag=max_lag)
 
     async def remove_sink(self, runner: SinkRunner) -> None:
         await self._log.remove_sink(runner)

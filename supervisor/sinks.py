@@ -109,58 +109,75 @@ class CallbackSink:
         return None
 
 
-class SinkRunner:
-    """Feeds one sink from a bounded queue. ``offer`` never blocks: on overflow the missing
-    range becomes one ``events.gap`` delivered in its place, in order."""
+class EventSource(Protocol):
+    """What a SinkRunner reads from (the session's EventLog)."""
 
-    def __init__(self, sink: Sink, session_id: str, *, maxsize: int = 1024) -> None:
+    @property
+    def last_seq(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def read_after(self, after_seq: int, limit: int) -> list[BaseEvent]: ...
+
+    async def wait_beyond(self, seq: int, timeout: float | None = None) -> bool: ...
+
+
+class SinkRunner:
+    """Feeds one sink by reading the event log from its own cursor.
+
+    Nothing is copied per sink, so a burst never overflows a sink that keeps up. A sink that
+    falls more than ``max_lag`` events behind skips the oldest ones it has not seen and
+    receives one ``events.gap`` naming the skipped range instead (its queue is bounded).
+    Failing sends are logged and counted, never raised into the session.
+    """
+
+    def __init__(
+        self, sink: Sink, source: EventSource, session_id: str, *, after_seq: int, max_lag: int
+    ) -> None:
         self.sink = sink
+        self.source = source
         self.session_id = session_id
-        self._queue: asyncio.Queue[BaseEvent | None] = asyncio.Queue(maxsize=maxsize)
-        self._gap: tuple[int, int] | None = None
+        self.cursor = after_seq
+        self.max_lag = max(1, max_lag)
         self._task: asyncio.Task[None] | None = None
         self.delivered = 0
         self.failures = 0
-        self.dropped = 0
+        self.skipped = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._deliver(), name=f"sink-{type(self.sink).__name__}")
 
-    def _gap_event(self) -> EventsGap:
-        assert self._gap is not None
-        first, last = self._gap
-        self._gap = None
+    def _skip_if_behind(self) -> EventsGap | None:
+        head = self.source.last_seq
+        if head - self.cursor <= self.max_lag:
+            return None
+        first, last = self.cursor + 1, head - self.max_lag
+        self.cursor = last
+        self.skipped += last - first + 1
         return EventsGap(
             session_id=self.session_id, seq=last, first_seq=first, last_seq=last, why="overflow"
         )
 
-    def offer(self, event: BaseEvent) -> None:
-        """Queue ``event`` for delivery, or widen the current gap when the queue is full."""
-        # Room for the gap marker *and* the event keeps the order gap -> event.
-        if self._gap is not None:
-            if self._queue.maxsize - self._queue.qsize() >= 2:
-                self._queue.put_nowait(self._gap_event())
-            else:
-                self._gap = (self._gap[0], event.seq)
-                self.dropped += 1
-                return
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self._gap = (event.seq, event.seq)
-            self.dropped += 1
-
     async def _deliver(self) -> None:
         while True:
-            if self._queue.empty() and self._gap is not None:
-                item: BaseEvent | None = self._gap_event()
-            else:
-                item = await self._queue.get()
-            if item is None:
-                if self._gap is not None:
-                    await self._send(self._gap_event())
-                return
-            await self._send(item)
+            gap = self._skip_if_behind()
+            if gap is not None:
+                await self._send(gap)
+                continue
+            batch = await self.source.read_after(self.cursor, 256)
+            if not batch:
+                if self.source.closed and self.cursor >= self.source.last_seq:
+                    return
+                await self.source.wait_beyond(self.cursor, 1.0)
+                continue
+            for event in batch:
+                if event.seq <= self.cursor:
+                    continue
+                await self._send(event)
+                self.cursor = event.seq
+                if self.source.last_seq - self.cursor > self.max_lag:
+                    break
 
     async def _send(self, event: BaseEvent) -> None:
         try:
@@ -179,20 +196,21 @@ class SinkRunner:
             )
 
     async def aclose(self, timeout: float = 5.0) -> None:
-        """Deliver what is queued (up to ``timeout``), then close the sink."""
-        if self._task is not None:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            try:
-                await asyncio.wait_for(self._queue.put(None), timeout)
-            except TimeoutError:
-                self._task.cancel()
-            remaining = max(0.0, deadline - loop.time())
-            if not self._task.done():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self._task), remaining)
+        """Deliver what the log still holds for this sink (up to ``timeout``), then close it.
+        The source must be closed first so the delivery loop knows where the end is."""
+        if self._task is not None and not self._task.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._task), timeout)
             if not self._task.done():
                 self._task.cancel()
                 await asyncio.wait([self._task])
+        with contextlib.suppress(Exception):
+            await self.sink.aclose()
+
+    async def detach(self) -> None:
+        """Stop delivering now (the sink is being removed), then close it."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.wait([self._task])
         with contextlib.suppress(Exception):
             await self.sink.aclose()

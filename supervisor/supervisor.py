@@ -107,6 +107,7 @@ class Supervisor:
         stop_tasks_on_close: bool = True,
         workspace_roots: Sequence[str | Path] = (),
         event_retention: int = 100_000,
+        sink_max_lag: int = 10_000,
         require_engine: bool = True,
         sweep_orphans: bool = True,
     ) -> None:
@@ -122,6 +123,7 @@ class Supervisor:
         ]
         self.workspace_roots = [Path(r) for r in roots]
         self.event_retention = event_retention
+        self.sink_max_lag = sink_max_lag
         self.require_engine = require_engine
         self.sweep_orphans = sweep_orphans
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sbx-io")
@@ -398,7 +400,12 @@ class Supervisor:
             if session is None:
                 existing = await self.store.get_session(sid)
                 created = existing[0] if existing else time.time()
-                events = EventLog(sid, self.store, retention_events=self.event_retention)
+                events = EventLog(
+                    sid,
+                    self.store,
+                    retention_events=self.event_retention,
+                    sink_max_lag=self.sink_max_lag,
+                )
                 await events.load()
                 session = Session(self, sid, events, created)
                 await self.store.put_session(sid, created, None, json.dumps({}))
