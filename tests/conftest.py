@@ -1,0 +1,137 @@
+"""Shared fixtures: the real engine, the sandbox images, per-test supervisors and policies."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+POLICIES = REPO / "policies"
+IN_CI = bool(os.environ.get("CI"))
+
+#: Extra policies only the tests use: short grace periods keep stop tests quick.
+TEST_POLICIES = {
+    "fast": """
+description = "tests: minimal image, 1 s grace"
+image = "sbx/minimal:latest"
+working_dir = "/tmp"
+[timeouts]
+grace_s = 1.0
+[env]
+allow = ["*"]
+""",
+    "tiny": """
+description = "tests: 24 MiB of memory"
+image = "sbx/minimal:latest"
+working_dir = "/tmp"
+[limits]
+memory_mb = 24
+[[tmpfs]]
+path = "/tmp"
+size_mb = 8
+[timeouts]
+grace_s = 1.0
+""",
+    "strict": """
+description = "tests: short maximum timeout, no persistent tasks"
+image = "sbx/minimal:latest"
+working_dir = "/tmp"
+[timeouts]
+default_ms = 1000
+max_ms = 1000
+allow_persistent = false
+""",
+    "missingimage": """
+description = "tests: an image nobody built"
+image = "sbx/does-not-exist:latest"
+""",
+}
+
+
+def engine_problem() -> str | None:
+    """None when the engine answers and the images exist; else what is wrong."""
+    try:
+        import docker  # noqa: PLC0415
+
+        client = docker.APIClient(version="auto", timeout=10)
+        client.ping()
+    except Exception as exc:
+        return f"the Docker engine does not answer ({exc}); run `make engine`"
+    needed = os.environ.get("SBX_TEST_IMAGES", "sbx/minimal:latest sbx/debian:latest").split()
+    for image in needed:
+        try:
+            client.inspect_image(image)
+        except Exception:
+            return f"image {image} is missing; run `make images`"
+    return None
+
+
+_PROBLEM: str | None = None
+_CHECKED = False
+
+
+def require_engine() -> None:
+    """Fail (in CI) or skip (locally) when the engine or images are missing."""
+    global _PROBLEM, _CHECKED  # noqa: PLW0603
+    if not _CHECKED:
+        _PROBLEM = engine_problem()
+        _CHECKED = True
+    if _PROBLEM is not None:
+        if IN_CI:
+            pytest.fail(f"CI needs a real engine: {_PROBLEM}", pytrace=False)
+        pytest.skip(_PROBLEM)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = str(item.fspath)
+        for layer in ("unit", "integration", "e2e", "adversarial"):
+            if f"{os.sep}tests{os.sep}{layer}{os.sep}" in path:
+                item.add_marker(getattr(pytest.mark, layer))
+
+
+@pytest.fixture
+def policies_dir(tmp_path: Path) -> Path:
+    """The shipped policies plus the test-only ones, in a private folder."""
+    target = tmp_path / "policies"
+    shutil.copytree(POLICIES, target)
+    for name, text in TEST_POLICIES.items():
+        (target / f"{name}.toml").write_text(text)
+    return target
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+@pytest.fixture
+async def sup(state_dir: Path, policies_dir: Path) -> AsyncIterator[object]:
+    require_engine()
+    from supervisor import Supervisor  # noqa: PLC0415
+
+    async with Supervisor(state_dir=state_dir, policies_dir=policies_dir) as supervisor:
+        yield supervisor
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftover_containers() -> Iterator[None]:
+    """After the whole run, nothing this test process started may remain on the engine."""
+    yield
+    try:
+        import docker  # noqa: PLC0415
+
+        client = docker.APIClient(version="auto", timeout=10)
+        rows = client.containers(all=True, filters={"label": f"io.sbx.owner.pid={os.getpid()}"})
+        rows += client.containers(all=True, filters={"label": "io.sbx.test"})
+    except Exception:
+        return
+    for row in rows:
+        client.remove_container(row["Id"], force=True)
+    if rows:
+        names = ", ".join(r["Names"][0] for r in rows)
+        raise AssertionError(f"tests left {len(rows)} container(s) behind: {names}")
