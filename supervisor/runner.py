@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from pydantic import BaseModel, ConfigDict
@@ -28,6 +28,7 @@ from supervisor.events import (
     BaseEvent,
     TaskFailed,
     TaskPoll,
+    TaskStalled,
     TaskStarted,
     TaskStopped,
 )
@@ -212,6 +213,41 @@ class TaskRunner:
     def stdin_open(self) -> bool:
         return self._stdin_open and not self.lc.ended
 
+    @property
+    def last_output_mono(self) -> float:
+        """Loop time of the last output (the start time before any output)."""
+        return self._last_output_mono
+
+    @property
+    def started_mono(self) -> float:
+        return self._started_mono or 0.0
+
+    async def report_stall(
+        self, signal: Literal["process_state", "heuristic"], waiting_s: float
+    ) -> None:
+        """Emit one ``task.stalled`` for the current episode (called by the stall watcher)."""
+        if self.lc.ended or self.lc.stop_reason is not None:
+            return
+        tail = await read_tail(self.output_path, 2000, self.ctx.io)
+        lines = tail.split("\n")
+        last = "\n".join(lines[-20:])
+        if self.lc.ended:
+            return
+        self.stalled = True
+        self.log.info("task_stalled", signal=signal, waiting_s=round(waiting_s, 2))
+        self.ctx.emit(
+            TaskStalled(
+                session_id=self.session_id,
+                task_id=self.task_id,
+                command=self.spec.command,
+                description=self.spec.description,
+                output_path=str(self.output_path),
+                signal=signal,
+                last_output=last,
+                waiting_ms=int(waiting_s * 1000),
+            )
+        )
+
     # -- the life of a task --------------------------------------------------------
 
     async def run(self) -> None:
@@ -390,8 +426,6 @@ class TaskRunner:
             await self._out.append(data)
             now = loop.time()
             self._last_output_mono = now
-            if self.stalled and self.ctx.watch is not None:
-                self.ctx.watch.output_resumed(self)
             if self._chunker is not None:
                 self._emit_monitor(self._chunker.feed(data, now))
                 self._schedule_monitor_flush()
@@ -435,7 +469,9 @@ class TaskRunner:
 
     def _begin_kill(self) -> None:
         if self._kill_task is None:
-            self._kill_task = asyncio.create_task(self._kill_sequence(), name=f"kill-{self.task_id}")
+            self._kill_task = asyncio.create_task(
+                self._kill_sequence(), name=f"kill-{self.task_id}"
+            )
 
     async def _kill_sequence(self) -> None:
         """SIGTERM, a grace period, then SIGKILL (retried while the engine is away)."""
@@ -624,16 +660,18 @@ class TaskRunner:
                         return PatternMatch(line=line.decode("utf-8", "replace"), offset=pos)
                     pos += len(line) + 1
                 offset += len(data)
-                if len(carry) > 1 << 20:  # an endless line: search it as it stands
-                    if pattern.search(carry):
-                        return PatternMatch(line=carry.decode("utf-8", "replace"), offset=pos)
+                # An endless line: search it as it stands.
+                if len(carry) > 1 << 20 and pattern.search(carry):
+                    return PatternMatch(line=carry.decode("utf-8", "replace"), offset=pos)
                 continue
             if ended:
                 if self._exited.is_set() and not self.lc.ended:
                     await self._final.wait()
                     continue
                 if carry and pattern.search(carry):
-                    return PatternMatch(line=carry.decode("utf-8", "replace"), offset=offset - len(carry))
+                    return PatternMatch(
+                        line=carry.decode("utf-8", "replace"), offset=offset - len(carry)
+                    )
                 raise TaskNotRunning(
                     self.info(),
                     f"task {self.task_id} ended ({self.info().describe_end()}) without printing "
@@ -645,7 +683,10 @@ class TaskRunner:
                     f"no line matching {pattern.pattern.decode('utf-8', 'replace')!r} in the "
                     f"output of task {self.task_id} within {timeout_s} s"
                 )
-            waiters = [asyncio.ensure_future(seen.wait()), asyncio.ensure_future(self._final.wait())]
+            waiters = [
+                asyncio.ensure_future(seen.wait()),
+                asyncio.ensure_future(self._final.wait()),
+            ]
             try:
                 await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             finally:
