@@ -20,7 +20,6 @@ from supervisor.events import (
     BaseEvent,
     Event,
     EventsGap,
-    SessionEnded as SessionEndedEvent,
     TaskFailed,
     TaskOutput,
     TaskOutputSuppressed,
@@ -29,6 +28,9 @@ from supervisor.events import (
     TaskStarted,
     TaskStopped,
     parse_event,
+)
+from supervisor.events import (
+    SessionEnded as SessionEndedEvent,
 )
 from supervisor.models import OutputSlice, PatternMatch, TaskInfo, TaskLimits, TaskSpec
 from supervisor.policy import Policy

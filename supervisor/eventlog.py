@@ -106,7 +106,7 @@ class EventLog:
             except StateStorageError as exc:
                 # Availability over durability: deliver anyway, say so once.
                 if not self.degraded:
-                    log.error("event_store_failed", session_id=self.session_id, error=str(exc))
+                    log.warning("event_store_failed", session_id=self.session_id, error=str(exc))
                 self.degraded = True
             self._publish(batch)
             if self._since_prune >= 5_000:

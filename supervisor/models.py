@@ -67,9 +67,9 @@ class TaskSpec(_Frozen):
     """Stop the task after this many milliseconds (policy default: 300000; max 3600000)."""
     persistent: bool = False
     """Ignore the timeout; run until stopped or until the session ends."""
-    policy: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")] = (
-        "default"
-    )
+    policy: Annotated[
+        str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    ] = "default"
     """Name of the policy (``policies/<name>.toml``) that sets isolation and limits."""
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables; names must be on the policy's allowlist."""

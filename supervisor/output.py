@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
+from typing import Any, TypeVar
 
 from supervisor.models import OutputSlice
+
+T = TypeVar("T")
 
 
 def cap_marker(cap: int) -> bytes:
@@ -46,9 +50,9 @@ class OutputFile:
         self._pending_gap = 0
         self._closed = False
 
-    async def _run(self, fn: object, *args: object) -> object:
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._io, fn, *args)  # type: ignore[arg-type]
+        return await loop.run_in_executor(self._io, fn, *args)
 
     async def open(self, *, task_bytes: int = 0) -> None:
         """Create (or reopen for append) the file."""
@@ -58,7 +62,7 @@ class OutputFile:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640)
             return fd, os.fstat(fd).st_size
 
-        fd, size = await self._run(do_open)  # type: ignore[misc]
+        fd, size = await self._run(do_open)
         self._fd = fd
         self.file_size = size
         self.task_bytes = task_bytes
@@ -91,7 +95,7 @@ class OutputFile:
             self._pending_gap += len(data)
             self.gap_bytes += len(data)
             return False
-        self.file_size += int(written)  # type: ignore[call-overload]
+        self.file_size += written
         return True
 
     async def append(self, data: bytes) -> None:
@@ -151,8 +155,14 @@ def _utf8_safe_end(data: bytes) -> int:
     for back in range(1, min(4, n) + 1):
         b = data[n - back]
         if b & 0xC0 != 0x80:  # a lead byte or ASCII
-            need = 1 if b < 0x80 else 2 if b >> 5 == 0b110 else 3 if b >> 4 == 0b1110 else (
-                4 if b >> 3 == 0b11110 else 1
+            need = (
+                1
+                if b < 0x80
+                else 2
+                if b >> 5 == 0b110
+                else 3
+                if b >> 4 == 0b1110
+                else (4 if b >> 3 == 0b11110 else 1)
             )
             return n - back if need > back else n
     return n

@@ -214,8 +214,11 @@ class Policy(_Model):
     @field_validator("working_dir")
     @classmethod
     def _workdir(cls, value: str) -> str:
-        if not value.startswith("/") or "/proc" in value or "/.." in value or value != (
-            str(PurePosixPath(value))
+        if (
+            not value.startswith("/")
+            or "/proc" in value
+            or "/.." in value
+            or value != (str(PurePosixPath(value)))
         ):
             raise ValueError(
                 "working_dir must be a plain absolute path (no /proc, no '..'), e.g. /tmp"
@@ -229,9 +232,8 @@ class Policy(_Model):
         for cap in value:
             name = cap.upper().removeprefix("CAP_")
             if name not in SAFE_CAPABILITIES:
-                raise ValueError(
-                    f"capability {cap!r} is not allowed; allowed: {', '.join(sorted(SAFE_CAPABILITIES))}"
-                )
+                allowed = ", ".join(sorted(SAFE_CAPABILITIES))
+                raise ValueError(f"capability {cap!r} is not allowed; allowed: {allowed}")
             out.append(name)
         return out
 
@@ -248,8 +250,11 @@ class Policy(_Model):
         if len(set(paths)) != len(paths):
             raise ValueError(f"mount paths must be distinct, got {paths}")
         if self.env.fixed.get("PATH") is None:
-            object.__setattr__(self, "env", Env(fixed={"PATH": _DEFAULT_PATH, **self.env.fixed},
-                                                 allow=self.env.allow))
+            object.__setattr__(
+                self,
+                "env",
+                Env(fixed={"PATH": _DEFAULT_PATH, **self.env.fixed}, allow=self.env.allow),
+            )
         return self
 
 

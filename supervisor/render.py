@@ -112,7 +112,9 @@ def render_xml(ev: BaseEvent) -> str | None:
                     "</note>"
                 )
         else:
-            lines.append(f"<reason>failed</reason><error-code>{xml_text(ev.error_code)}</error-code>")
+            lines.append(
+                f"<reason>failed</reason><error-code>{xml_text(ev.error_code)}</error-code>"
+            )
         lines.append("</task-notification>")
         return "\n".join(lines)
     if isinstance(ev, TaskStalled):
@@ -125,7 +127,7 @@ def render_xml(ev: BaseEvent) -> str | None:
                 "for interactive input</summary>",
                 f"<last-output>\n{xml_text(_last_lines(ev.last_output))}\n</last-output>",
                 "<hint>Either send the answer to its stdin (task_input / sbx input, e.g. "
-                "\"y\\n\"), or stop it and rerun the command with its input piped in "
+                '"y\\n"), or stop it and rerun the command with its input piped in '
                 "(e.g. `yes | CMD`, `CMD &lt; answers.txt`, or a --yes/--non-interactive "
                 "flag).</hint>",
                 "</task-notification>",

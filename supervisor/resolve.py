@@ -78,7 +78,9 @@ def resolve(spec: TaskSpec, policy: Policy) -> Effective:
         env[name] = value
 
     stdin = spec.stdin or policy.stdin
-    stall_after = spec.stall_after_s if spec.stall_after_s is not None else policy.watch.stall_after_s
+    stall_after = (
+        spec.stall_after_s if spec.stall_after_s is not None else policy.watch.stall_after_s
+    )
     idle = spec.idle_timeout_ms if spec.idle_timeout_ms is not None else t.idle_timeout_ms
     return Effective(
         policy=policy,
@@ -87,7 +89,9 @@ def resolve(spec: TaskSpec, policy: Policy) -> Effective:
         persistent=spec.persistent,
         stdin=stdin,
         stall_after_s=stall_after if (stdin == "pipe" and policy.watch.stall_detection) else None,
-        poll_every_s=spec.poll_every_s if spec.poll_every_s is not None else policy.watch.poll_every_s,
+        poll_every_s=spec.poll_every_s
+        if spec.poll_every_s is not None
+        else policy.watch.poll_every_s,
         poll_tail_chars=spec.poll_tail_chars or policy.watch.poll_tail_chars,
         poll_only_on_change=(
             spec.poll_only_on_change

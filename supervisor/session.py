@@ -19,8 +19,9 @@ from supervisor.errors import (
     SpecError,
     TaskNotFound,
 )
-from supervisor.events import BaseEvent, SessionEnded as SessionEndedEvent
 from supervisor.eventlog import EventLog
+from supervisor.events import BaseEvent
+from supervisor.events import SessionEnded as SessionEndedEvent
 from supervisor.ids import new_task_id
 from supervisor.models import Kind, OutputSlice, PatternMatch, TaskInfo, TaskSpec
 from supervisor.output import read_slice, read_tail

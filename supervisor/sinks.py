@@ -97,7 +97,9 @@ class JsonlSink:
 class CallbackSink:
     """Calls ``fn(event)``; ``fn`` may be a plain function or a coroutine function."""
 
-    def __init__(self, fn: Callable[[BaseEvent], object] | Callable[[BaseEvent], Awaitable[object]]):
+    def __init__(
+        self, fn: Callable[[BaseEvent], object] | Callable[[BaseEvent], Awaitable[object]]
+    ):
         self._fn = fn
 
     async def send(self, event: BaseEvent) -> None:
@@ -185,7 +187,7 @@ class SinkRunner:
             self.delivered += 1
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a failing sink must never take the session down
+        except Exception as exc:  # noqa: BLE001 - a failing sink must never take the session down
             self.failures += 1
             log.warning(
                 "sink_send_failed",

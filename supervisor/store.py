@@ -124,10 +124,14 @@ class StateStore:
 
     async def get_session(self, session_id: str) -> tuple[float, float | None, str] | None:
         def q() -> tuple[float, float | None, str] | None:
-            row = self._c().execute(
-                "SELECT created_at, ended_at, data FROM sessions WHERE session_id=?",
-                (session_id,),
-            ).fetchone()
+            row = (
+                self._c()
+                .execute(
+                    "SELECT created_at, ended_at, data FROM sessions WHERE session_id=?",
+                    (session_id,),
+                )
+                .fetchone()
+            )
             return None if row is None else (row[0], row[1], row[2])
 
         return await self._run(q)
@@ -207,9 +211,11 @@ class StateStore:
         """(lowest, highest) seq still stored; (0, 0) when none."""
 
         def q() -> tuple[int, int]:
-            row = self._c().execute(
-                "SELECT MIN(seq), MAX(seq) FROM events WHERE session_id=?", (session_id,)
-            ).fetchone()
+            row = (
+                self._c()
+                .execute("SELECT MIN(seq), MAX(seq) FROM events WHERE session_id=?", (session_id,))
+                .fetchone()
+            )
             return (row[0] or 0, row[1] or 0)
 
         return await self._run(q)
@@ -227,10 +233,14 @@ class StateStore:
 
     async def get_cursor(self, session_id: str, consumer: str) -> int:
         def q() -> int:
-            row = self._c().execute(
-                "SELECT seq FROM cursors WHERE session_id=? AND consumer=?",
-                (session_id, consumer),
-            ).fetchone()
+            row = (
+                self._c()
+                .execute(
+                    "SELECT seq FROM cursors WHERE session_id=? AND consumer=?",
+                    (session_id, consumer),
+                )
+                .fetchone()
+            )
             return 0 if row is None else int(row[0])
 
         return await self._run(q)

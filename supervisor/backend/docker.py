@@ -53,7 +53,7 @@ def _translate(exc: BaseException, what: str) -> SupervisorError:
         return ImageMissing(f"{what}: image not found: {exc.explanation or exc}")
     if isinstance(exc, docker.errors.APIError):
         text = str(exc.explanation or exc)
-        if "unknown or invalid runtime" in text or "runtime" in text and "not" in text:
+        if "unknown or invalid runtime" in text or ("runtime" in text and "not" in text):
             return RuntimeUnavailable(f"{what}: {text}")
         if exc.status_code == 404 and "No such image" in text:
             return ImageMissing(f"{what}: {text}")
@@ -80,7 +80,10 @@ class _Endpoint:
             self.unix_path = parsed.path or _DEFAULT_SOCKET
         elif parsed.scheme in ("tcp", "http", "https"):
             self.host = parsed.hostname or "127.0.0.1"
-            tls = parsed.scheme == "https" or os.environ.get("DOCKER_TLS_VERIFY", "") not in ("", "0")
+            tls = parsed.scheme == "https" or os.environ.get("DOCKER_TLS_VERIFY", "") not in (
+                "",
+                "0",
+            )
             self.port = parsed.port or (2376 if tls else 2375)
             if tls:
                 ctx = ssl.create_default_context()
@@ -371,9 +374,11 @@ class DockerBackend:
             {"stream": 1, "stdout": 1, "stderr": 1, "stdin": int(stdin), "logs": int(logs)}
         )
         writer.write(
-            f"POST {self._api_prefix}/containers/{container_id}/attach?{query} HTTP/1.1\r\n"
-            "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n"
-            .encode()
+            (
+                f"POST {self._api_prefix}/containers/{container_id}/attach?{query} HTTP/1.1\r\n"
+                "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n"
+                "Content-Length: 0\r\n\r\n"
+            ).encode()
         )
         try:
             await writer.drain()
@@ -398,7 +403,9 @@ class DockerBackend:
             raise EngineError(f"start: container {container_id[:12]} vanished") from exc
 
     async def wait(self, container_id: str) -> ContainerState:
-        status, body = await self._raw("POST", f"/containers/{container_id}/wait?condition=not-running")
+        status, body = await self._raw(
+            "POST", f"/containers/{container_id}/wait?condition=not-running"
+        )
         if status == 404:
             raise EngineError(f"wait: container {container_id[:12]} vanished")
         if status != 200:
@@ -486,8 +493,14 @@ class DockerBackend:
         if any(n.get("Name") == name for n in existing):
             return
         try:
-            await self._call("create network", "create_network", name, driver="bridge",
-                             labels=labels, check_duplicate=True)
+            await self._call(
+                "create network",
+                "create_network",
+                name,
+                driver="bridge",
+                labels=labels,
+                check_duplicate=True,
+            )
         except EngineError as exc:
             if "already exists" not in str(exc):
                 raise

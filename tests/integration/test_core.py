@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from typing import Any
@@ -136,7 +137,9 @@ async def test_sigterm_ignorer_ends_by_deadline_plus_grace(sup: Supervisor) -> N
 
 async def test_persistent_ignores_timeout_until_stopped(sup: Supervisor) -> None:
     session = await sup.open_session("persistent")
-    info = await session.start(TaskSpec(command="echo up; sleep 1000", persistent=True, policy="fast"))
+    info = await session.start(
+        TaskSpec(command="echo up; sleep 1000", persistent=True, policy="fast")
+    )
     assert info.timeout_ms is None and info.persistent
     short = await session.start(TaskSpec(command="sleep 1000", timeout_ms=500, policy="fast"))
     assert (await session.wait(short.task_id, timeout_s=30)).reason == "timeout"
@@ -151,7 +154,9 @@ async def test_persistent_ignores_timeout_until_stopped(sup: Supervisor) -> None
 
 async def test_user_stop_of_sigterm_ignorer_escalates(sup: Supervisor) -> None:
     session = await sup.open_session("stopkill")
-    info = await session.start(TaskSpec(command="trap '' TERM; echo ready; sleep 1000", policy="fast"))
+    info = await session.start(
+        TaskSpec(command="trap '' TERM; echo ready; sleep 1000", policy="fast")
+    )
     await session.wait_for(info.task_id, "ready", timeout_s=20)
     t0 = time.monotonic()
     final = await session.stop(info.task_id)
@@ -165,7 +170,9 @@ async def test_oom_is_reported_as_oom_killed(sup: Supervisor) -> None:
     # The shell keeps the whole 200 MB string in memory, far over the 24 MiB limit.
     info = await run_to_end(
         session,
-        TaskSpec(command="x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}", policy="tiny"),
+        TaskSpec(
+            command="x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}", policy="tiny"
+        ),
     )
     assert info.reason == "oom_killed" and info.status == "failed"
     await session.end()
@@ -195,7 +202,7 @@ async def test_errors_for_bad_ids_and_specs(sup: Supervisor) -> None:
         await session.start({"command": "true", "bogus": 1})
     with pytest.raises(SpecError, match=r"allowed: 1\.\.1000"):
         await session.start({"command": "true", "timeout_ms": 5000, "policy": "strict"})
-    with pytest.raises(PolicyError, match="known policies: .*default"):
+    with pytest.raises(PolicyError, match=r"known policies: .*default"):
         await session.start({"command": "true", "policy": "nope"})
     with pytest.raises(SpecError, match="persistent"):
         await session.start({"command": "true", "persistent": True, "policy": "strict"})
@@ -215,7 +222,8 @@ async def test_output_cap_drops_with_record_and_task_keeps_running(sup: Supervis
     assert info.status == "completed"
     assert info.output_bytes == 4096
     assert info.dropped_bytes == 100000 + 1 + len("still-alive\n") - 4096
-    data = open(info.output_path, "rb").read()
+    with open(info.output_path, "rb") as fh:
+        data = fh.read()
     assert data.startswith(b"x" * 4096)
     assert b"output cap of 4096 bytes reached" in data
     assert f"{info.dropped_bytes} bytes of output were dropped".encode() in data
@@ -231,7 +239,8 @@ async def test_wait_timeout_and_input(sup: Supervisor) -> None:
     await session.send_input(info.task_id, "more\n", eof=True)
     final = await session.wait(info.task_id, timeout_s=10)
     assert final.status == "completed"
-    assert open(final.output_path, "rb").read() == b"got:hello\nmore\n"
+    with open(final.output_path, "rb") as fh:
+        assert fh.read() == b"got:hello\nmore\n"
 
 
 async def test_races_give_exactly_one_terminal_event(sup: Supervisor) -> None:
@@ -244,10 +253,8 @@ async def test_races_give_exactly_one_terminal_event(sup: Supervisor) -> None:
         info = await session.start(TaskSpec(command="sleep 0.3", policy="fast"))
         await sink.wait_for(lambda e: e.type == "task.started" and e.task_id == info.task_id)
         await asyncio.sleep(rng.uniform(0.2, 0.4))
-        try:
+        with contextlib.suppress(TaskNotRunning):
             await session.stop(info.task_id)
-        except TaskNotRunning:
-            pass
         return info.task_id
 
     async def end_race(i: int) -> tuple[MemorySink, str]:
@@ -331,7 +338,10 @@ async def test_slow_sink_never_blocks_capture(state_dir: Any, policies_dir: Any)
         "[monitor]\nbatch_window_ms = 0\nlines_per_s = 1000000\nburst_lines = 1000000\n"
         "max_chunk_bytes = 65536\n"
     )
-    async with Supervisor(state_dir=state_dir, policies_dir=policies_dir, ) as sup:
+    async with Supervisor(
+        state_dir=state_dir,
+        policies_dir=policies_dir,
+    ) as sup:
         slow, fast = SlowSink(), MemorySink()
         session = await sup.open_session("slow", sinks=[fast])
         session.add_sink(slow, max_lag=8)
