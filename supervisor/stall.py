@@ -93,7 +93,7 @@ class StallDetector:
         if self._first_blocked is None:
             self._first_blocked = now
         waited = now - self._first_blocked
-        if waited >= self.stall_after:
+        if waited >= self.stall_after - 1e-6:
             self.in_episode = True
             return Verdict("process_state", waited)
         # Look again exactly when the wait would reach the threshold.
@@ -118,7 +118,7 @@ class StallDetector:
                 self._cpu_mark = (now, cpu_ns)
             self._next_check = max(now + SAMPLE_EVERY_S / 2, quiet_since + self.stall_after)
             return None
-        if quiet < self.stall_after:
+        if quiet < self.stall_after - 1e-6:
             self._next_check = quiet_since + self.stall_after
             return None
         mark_t, mark_cpu = self._cpu_mark
