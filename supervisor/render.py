@@ -141,9 +141,10 @@ def render_xml(ev: BaseEvent) -> str | None:
             "</background_task_poll>"
         )
     if isinstance(ev, TaskOutput):
+        mark = "\n[line continues in the next event]" if ev.cut else ""
         return (
             f'<task-output task-id="{xml_attr(ev.task_id or "")}" ordinal="{ev.ordinal}" '
-            f'lines="{ev.lines}">\n{xml_text(ev.text)}\n</task-output>'
+            f'lines="{ev.lines}">\n{xml_text(ev.text)}{mark}\n</task-output>'
         )
     if isinstance(ev, TaskOutputSuppressed):
         return (
