@@ -139,6 +139,7 @@ def container_request(
     network: str,
     workspace: Mount | None,
     image: str | None = None,
+    aliases: list[str] | None = None,
 ) -> ContainerRequest:
     """The container for one task, hardened as the policy says."""
     p = eff.policy
@@ -167,6 +168,7 @@ def container_request(
         working_dir=p.working_dir,
         runtime=p.runtime,
         network=network,
+        network_aliases=list(aliases or []),
         read_only=p.read_only_rootfs,
         tmpfs=tmpfs,
         memory_bytes=lim.memory_mb * MIB,

@@ -140,6 +140,7 @@ class Session:
             labels=labels,
             network=network,
             workspace=workspace,
+            aliases=[task_id] if network != "none" else None,
         )
         ctx = RunnerContext(
             backend=sup.backend,

@@ -39,6 +39,8 @@ class ContainerRequest(_Frozen):
     working_dir: str
     runtime: str = "runc"
     network: str = "none"
+    network_aliases: list[str] = Field(default_factory=list)
+    """Names other containers on the same (user-defined) network can use to reach this one."""
     read_only: bool = True
     tmpfs: dict[str, str] = Field(default_factory=dict)
     memory_bytes: int

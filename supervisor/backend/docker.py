@@ -240,7 +240,7 @@ def request_to_config(req: ContainerRequest) -> dict[str, Any]:
             for m in req.mounts
         ],
     }
-    return {
+    config: dict[str, Any] = {
         "Image": req.image,
         "Cmd": list(req.command),
         "Entrypoint": [],
@@ -260,6 +260,11 @@ def request_to_config(req: ContainerRequest) -> dict[str, Any]:
         "StopSignal": "SIGTERM",
         "HostConfig": host_config,
     }
+    if req.network not in ("none", "host", "bridge", "default") and req.network_aliases:
+        config["NetworkingConfig"] = {
+            "EndpointsConfig": {req.network: {"Aliases": list(req.network_aliases)}}
+        }
+    return config
 
 
 class DockerBackend:
