@@ -297,7 +297,7 @@ class Session:
         self._log.emit(SessionEndedEvent(session_id=self.session_id, tasks_stopped=len(stopping)))
         await self._log.aclose()
         with contextlib.suppress(Exception):
-            await self._sup.store.put_session(self.session_id, self.created_at, time.time(), "{}")
+            await self._sup.store.put_session(self.session_id, self.created_at, time.time())
         self.log.info("session_ended", tasks_stopped=len(stopping))
         self._sup._forget(self)
 

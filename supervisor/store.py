@@ -111,14 +111,23 @@ class StateStore:
     # -- sessions -------------------------------------------------------------------
 
     async def put_session(
-        self, session_id: str, created_at: float, ended_at: float | None, data: str
+        self, session_id: str, created_at: float, ended_at: float | None, data: str | None = None
     ) -> None:
+        """Create or update a session row; ``data=None`` keeps what is stored."""
         await self._run(
             lambda: self._c().execute(
-                "INSERT INTO sessions(session_id, created_at, ended_at, data) VALUES(?,?,?,?) "
+                "INSERT INTO sessions(session_id, created_at, ended_at, data) "
+                "VALUES(?,?,?,COALESCE(?, '{}')) "
                 "ON CONFLICT(session_id) DO UPDATE SET ended_at=excluded.ended_at, "
-                "data=excluded.data",
-                (session_id, created_at, ended_at, data),
+                "data=COALESCE(?, sessions.data)",
+                (session_id, created_at, ended_at, data, data),
+            )
+        )
+
+    async def set_session_data(self, session_id: str, data: str) -> None:
+        await self._run(
+            lambda: self._c().execute(
+                "UPDATE sessions SET data=? WHERE session_id=?", (data, session_id)
             )
         )
 
@@ -133,6 +142,17 @@ class StateStore:
                 .fetchone()
             )
             return None if row is None else (row[0], row[1], row[2])
+
+        return await self._run(q)
+
+    async def all_sessions(self) -> list[tuple[str, float, float | None, str]]:
+        """(session_id, created_at, ended_at, data) for every stored session."""
+
+        def q() -> list[tuple[str, float, float | None, str]]:
+            rows = self._c().execute(
+                "SELECT session_id, created_at, ended_at, data FROM sessions ORDER BY created_at"
+            )
+            return [(r[0], r[1], r[2], r[3]) for r in rows]
 
         return await self._run(q)
 

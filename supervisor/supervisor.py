@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import os
 import secrets
 import socket
@@ -408,7 +407,7 @@ class Supervisor:
                 )
                 await events.load()
                 session = Session(self, sid, events, created)
-                await self.store.put_session(sid, created, None, json.dumps({}))
+                await self.store.put_session(sid, created, None)
                 self._sessions[sid] = session
                 if self._sink_factory is not None:
                     for sink in self._sink_factory(sid):
