@@ -1,0 +1,176 @@
+"""The sandbox images against the real engine: offline builds, idempotence, hardened runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from supervisor import images
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+SBX = str(Path(sys.executable).with_name("sbx"))
+
+
+def _client_or_fail() -> Any:
+    try:
+        return images.connect(timeout=30)
+    except Exception as exc:
+        message = f"the Docker engine does not answer ({exc}); run `make engine`"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    api = _client_or_fail()
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="module")
+def first_builds(client: Any) -> dict[str, images.BuildResult]:
+    """Both images, built (or found up to date) once for the module."""
+    return {r.name: r for r in images.ensure_built(client=client)}
+
+
+def run_hardened(image: str, command: list[str]) -> tuple[int, str]:
+    """Run like the default policy does: no network, read-only root, uid 65534."""
+    api = docker.from_env(version="auto")
+    container = None
+    try:
+        container = api.containers.run(
+            image,
+            command,
+            detach=True,
+            network_mode="none",
+            read_only=True,
+            user="65534:65534",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges:true"],
+            labels={"io.sbx.test": "1"},
+        )
+        code = container.wait(timeout=60)["StatusCode"]
+        return code, container.logs(stdout=True, stderr=True).decode()
+    finally:
+        if container is not None:
+            container.remove(force=True)
+        api.close()
+
+
+@pytest.mark.parametrize("name", images.IMAGES)
+def test_build_produces_labeled_tags(
+    client: Any, first_builds: dict[str, images.BuildResult], name: str
+) -> None:
+    result = first_builds[name]
+    source_hash = images.source_hash(name)
+    assert result.tag == f"sbx/{name}:{source_hash}"
+    tagged = client.inspect_image(result.tag)
+    latest = client.inspect_image(f"sbx/{name}:latest")
+    assert tagged["Id"] == latest["Id"] == result.image_id
+    labels = latest["Config"]["Labels"]
+    assert labels[images.LABEL_IMAGE] == name
+    assert labels[images.LABEL_SOURCE_HASH] == source_hash
+
+
+@pytest.mark.parametrize("name", images.IMAGES)
+def test_second_build_is_skipped(
+    client: Any, first_builds: dict[str, images.BuildResult], name: str
+) -> None:
+    again = images.build(name, client=client)
+    assert again.built is False
+    assert again.method == "cached"
+    assert again.image_id == first_builds[name].image_id
+    assert again.seconds < 5
+    assert client.inspect_image(f"sbx/{name}:latest")["Id"] == first_builds[name].image_id
+
+
+def test_latest_is_repointed_without_a_rebuild(
+    client: Any, first_builds: dict[str, images.BuildResult]
+) -> None:
+    """If ``latest`` went missing but the hash tag exists, build only re-tags."""
+    result = first_builds["minimal"]
+    client.remove_image("sbx/minimal:latest")
+    try:
+        again = images.build("minimal", client=client)
+        assert (again.built, again.image_id) == (False, result.image_id)
+    finally:
+        client.tag(result.image_id, "sbx/minimal", "latest", force=True)
+    assert client.inspect_image("sbx/minimal:latest")["Id"] == result.image_id
+
+
+@pytest.mark.parametrize("name", images.IMAGES)
+def test_status_reports_up_to_date(
+    client: Any, first_builds: dict[str, images.BuildResult], name: str
+) -> None:
+    status = images.image_status(client, name)
+    assert status.present and status.up_to_date and status.state == "yes"
+    assert status.image_id == first_builds[name].image_id
+    assert status.size_bytes and status.size_bytes > 0
+    assert status.created is not None
+
+
+def test_minimal_runs_hardened(first_builds: dict[str, images.BuildResult]) -> None:
+    assert run_hardened("sbx/minimal:latest", ["sh", "-c", "echo hi"]) == (0, "hi\n")
+    code, out = run_hardened("sbx/minimal:latest", ["sh", "-c", "id -u; whoami"])
+    assert (code, out) == (0, "65534\nnobody\n")
+
+
+def test_debian_runs_python_and_git_hardened(first_builds: dict[str, images.BuildResult]) -> None:
+    assert run_hardened("sbx/debian:latest", ["python3", "-c", "print(1)"]) == (0, "1\n")
+    code, out = run_hardened("sbx/debian:latest", ["git", "--version"])
+    assert code == 0
+    assert out.startswith("git version ")
+    code, out = run_hardened("sbx/debian:latest", ["bash", "-c", "whoami; ps -o user= -p 1"])
+    assert (code, out.split()) == (0, ["nobody", "nobody"])
+
+
+def test_cli_build_and_list(first_builds: dict[str, images.BuildResult]) -> None:
+    done = subprocess.run(
+        [SBX, "images", "build"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "up to date: sbx/minimal:" in done.stdout
+    assert "up to date: sbx/debian:" in done.stdout
+    assert "\r" not in done.stdout
+    listed = subprocess.run(
+        [SBX, "images", "list", "--json"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    for name, result in first_builds.items():
+        assert rows[name]["state"] == "yes"
+        assert rows[name]["image_id"] == result.image_id
+    table = subprocess.run(
+        [SBX, "images", "list"], capture_output=True, text=True, timeout=60, check=False
+    )
+    lines = [line.split("\t") for line in table.stdout.splitlines()]
+    assert [(cells[0], cells[-1]) for cells in lines] == [("minimal", "yes"), ("debian", "yes")]
+
+
+def test_cli_rejects_unknown_names() -> None:
+    done = subprocess.run(
+        [SBX, "images", "build", "nope"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert "unknown image nope" in done.stderr
+
+
+def test_cli_without_engine_fails_cleanly() -> None:
+    env = {**os.environ, "DOCKER_HOST": "unix:///tmp/nonexistent.sock"}
+    for argv in (["images", "build"], ["images", "list"]):
+        done = subprocess.run(
+            [SBX, *argv], capture_output=True, text=True, timeout=60, check=False, env=env
+        )
+        assert done.returncode == 1
+        assert "nonexistent.sock" in done.stderr
+        assert "Traceback" not in done.stderr + done.stdout
