@@ -118,16 +118,25 @@ async def sup(state_dir: Path, policies_dir: Path) -> AsyncIterator[object]:
         yield supervisor
 
 
+def test_label() -> dict[str, str]:
+    """The label for containers a test creates without the Supervisor."""
+    return {"io.sbx.test": str(os.getpid())}
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leftover_containers() -> Iterator[None]:
-    """After the whole run, nothing this test process started may remain on the engine."""
+    """After the whole run, nothing this test process started may remain on the engine.
+
+    Supervisor containers carry ``io.sbx.owner.pid``; containers a test creates directly
+    must carry ``io.sbx.test=<pid of the test process>`` (see ``test_label()``)."""
     yield
     try:
         import docker  # noqa: PLC0415
 
         client = docker.APIClient(version="auto", timeout=10)
+        # Only this process's containers: other test runs may share the engine.
         rows = client.containers(all=True, filters={"label": f"io.sbx.owner.pid={os.getpid()}"})
-        rows += client.containers(all=True, filters={"label": "io.sbx.test"})
+        rows += client.containers(all=True, filters={"label": f"io.sbx.test={os.getpid()}"})
     except Exception:
         return
     for row in rows:
