@@ -53,6 +53,7 @@ class EventLog:
         self._changed = asyncio.Event()
         self._closed = False
         self._since_prune = 0
+        self._pruned_until = 0
         self.degraded = False
 
     @property
@@ -65,13 +66,16 @@ class EventLog:
         return self._closed
 
     async def load(self) -> None:
-        """Continue numbering after what the store holds (and after any reserved block)."""
+        """Continue after what the store holds. After a crash, numbering also skips the block
+        reserved before it (seqs handed out while the store could not be written must never
+        be reused); such holes are not gaps: those seqs never reached anyone durably."""
         _, hi = await self._store.seq_bounds(self.session_id)
-        reserved = await self._store.get_meta(f"seq_reserved:{self.session_id}")
-        start = max(hi, int(reserved or 0)) + 1
-        self._next_seq = start
-        self._published_seq = start - 1
-        self._reserved_until = start - 1
+        reserved = int(await self._store.get_meta(f"seq_reserved:{self.session_id}") or 0)
+        pruned = await self._store.pruned_floor(self.session_id)
+        self._next_seq = max(hi, reserved) + 1
+        self._published_seq = hi
+        self._reserved_until = self._next_seq - 1
+        self._pruned_until = pruned
         self._closed = False
 
     def emit(self, event: BaseEvent) -> BaseEvent:
@@ -111,8 +115,13 @@ class EventLog:
             self._publish(batch)
             if self._since_prune >= 5_000:
                 self._since_prune = 0
-                with contextlib.suppress(StateStorageError):
-                    await self._store.prune_events(self.session_id, self.retention_events)
+                await self._prune()
+
+    async def _prune(self) -> None:
+        """Drop events beyond retention (the store records how far, for explicit gaps)."""
+        with contextlib.suppress(StateStorageError):
+            await self._store.prune_events(self.session_id, self.retention_events)
+            self._pruned_until = await self._store.pruned_floor(self.session_id)
 
     def _publish(self, batch: list[BaseEvent]) -> None:
         self._window.extend(batch)
@@ -151,7 +160,8 @@ class EventLog:
     async def read_after(self, after_seq: int, limit: int) -> list[BaseEvent]:
         """Published events with seq > after_seq (at most ``limit``), from memory or the store.
 
-        When the log no longer holds ``after_seq + 1`` the first item is an ``events.gap``.
+        When retention has dropped events after ``after_seq``, the first item is an
+        ``events.gap`` (why="retention") naming them; its seq is the last dropped one.
         """
         if after_seq >= self._published_seq:
             return []
@@ -159,23 +169,51 @@ class EventLog:
         if window and window[0].seq <= after_seq + 1:
             i = bisect.bisect_right(window, after_seq, key=lambda e: e.seq)
             return window[i : i + limit]
-        rows = await self._store.read_events(self.session_id, after_seq, limit)
-        events: list[BaseEvent] = [parse_event(r) for r in rows]
-        events = [e for e in events if e.seq <= self._published_seq]
-        first_available = events[0].seq if events else (window[0].seq if window else None)
-        if first_available is not None and first_available > after_seq + 1:
-            gap = EventsGap(
-                session_id=self.session_id,
-                seq=first_available - 1,
-                first_seq=after_seq + 1,
-                last_seq=first_available - 1,
-                why="retention",
+        # Older than memory: ask the store, including how far retention has pruned.
+        self._pruned_until = max(
+            self._pruned_until, await self._store.pruned_floor(self.session_id)
+        )
+        head: list[BaseEvent] = []
+        if after_seq < self._pruned_until:
+            head.append(
+                EventsGap(
+                    session_id=self.session_id,
+                    seq=self._pruned_until,
+                    first_seq=after_seq + 1,
+                    last_seq=self._pruned_until,
+                    why="retention",
+                )
             )
-            return [gap, *events[: max(0, limit - 1)]]
-        if not events and window:
+            after_seq = self._pruned_until
+            limit -= 1
+        rows = await self._store.read_events(self.session_id, after_seq, max(limit, 0))
+        events: list[BaseEvent] = [
+            e for e in (parse_event(r) for r in rows) if e.seq <= self._published_seq
+        ]
+        if not events and limit > 0:
+            # Nothing stored after it (the store lags or failed): serve from memory.
             i = bisect.bisect_right(window, after_seq, key=lambda e: e.seq)
-            return window[i : i + limit]
-        return events
+            events = window[i : i + limit]
+        return head + events
+
+    def backlog(self, after_seq: int) -> int:
+        """How many published events follow ``after_seq`` (an upper bound when they are
+        older than the in-memory window)."""
+        window = self._window
+        if window and window[0].seq <= after_seq + 1:
+            return len(window) - bisect.bisect_right(window, after_seq, key=lambda e: e.seq)
+        return max(0, self._published_seq - after_seq)
+
+    def skip_to(self, after_seq: int, keep: int) -> int:
+        """A cursor after which exactly ``keep`` events remain (or ``after_seq`` if fewer)."""
+        window = self._window
+        if self.backlog(after_seq) <= keep:
+            return after_seq
+        if keep <= 0:
+            return self._published_seq
+        if window and len(window) > keep:
+            return window[-keep - 1].seq
+        return max(after_seq, self._published_seq - keep)
 
     async def wait_beyond(self, seq: int, timeout: float | None = None) -> bool:
         """Wait until an event with seq > ``seq`` is published; False on timeout or close."""
@@ -206,6 +244,14 @@ class EventLog:
     async def aclose(self, sink_timeout: float = 5.0) -> None:
         """Flush, close sinks (delivering what they have queued) and stop followers."""
         await self.flushed()
+        if not self.degraded and self._reserved_until > self._published_seq:
+            # Clean close: give back the unused reservation, so numbering continues
+            # without a hole next time.
+            with contextlib.suppress(StateStorageError):
+                await self._store.set_meta(
+                    f"seq_reserved:{self.session_id}", str(self._published_seq)
+                )
+                self._reserved_until = self._published_seq
         self._closed = True
         self._changed.set()
         runners, self._sinks = self._sinks, []

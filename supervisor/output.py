@@ -104,6 +104,8 @@ class OutputFile:
             return
         room = self.cap - self.task_bytes
         if room <= 0:
+            if not self.dropped:  # the first dropped byte: say so where it happened
+                await self._write(cap_marker(self.cap))
             self.dropped += len(data)
             return
         if len(data) > room:

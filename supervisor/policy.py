@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
@@ -99,6 +100,18 @@ class Env(_Model):
     """Set in every container; a task cannot override them."""
     allow: list[str] = Field(default_factory=list)
     """Names (fnmatch patterns, e.g. ``NODE_*``) a task may set."""
+
+    @field_validator("fixed")
+    @classmethod
+    def _names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, val in value.items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise ValueError(
+                    f"env name {name!r} is not a valid variable name (letters, digits, _)"
+                )
+            if "\x00" in val:
+                raise ValueError(f"env {name} must not contain NUL bytes")
+        return value
 
     def allows(self, name: str) -> bool:
         """Whether a task may set ``name``."""
@@ -259,7 +272,8 @@ class Policy(_Model):
 
 
 def _container_path(value: str, what: str) -> str:
-    norm = str(PurePosixPath(value))
+    # The engine collapses repeated slashes ("//proc" is /proc): so do we, before checking.
+    norm = str(PurePosixPath(re.sub(r"/+", "/", value)))
     if not value.startswith("/") or ".." in PurePosixPath(value).parts:
         raise ValueError(f"{what} must be an absolute path without '..', got {value!r}")
     for bad in _FORBIDDEN_MOUNT_TARGETS:
@@ -291,6 +305,8 @@ def _format_validation(path: Path, exc: ValidationError, raw: dict[str, Any]) ->
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(err["loc"][:-1])
             lines.append(f"  {loc}: unknown key; allowed keys here: {allowed}")
+        elif isinstance(bad, dict):  # a check across several keys: the message names them
+            lines.append(f"  {loc}: {err['msg']}")
         else:
             lines.append(f"  {loc} = {bad!r}: {err['msg']}")
     return "\n".join(lines)

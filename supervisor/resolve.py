@@ -69,6 +69,10 @@ def resolve(spec: TaskSpec, policy: Policy) -> Effective:
 
     env = dict(policy.env.fixed)
     for name, value in spec.env.items():
+        if name in policy.env.fixed:
+            raise SpecError(
+                f"env.{name}: policy {pname!r} fixes this variable; tasks cannot override it"
+            )
         if not policy.env.allows(name):
             allowed = ", ".join(policy.env.allow) or "none"
             raise SpecError(

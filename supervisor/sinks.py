@@ -120,6 +120,10 @@ class EventSource(Protocol):
     @property
     def closed(self) -> bool: ...
 
+    def backlog(self, after_seq: int) -> int: ...
+
+    def skip_to(self, after_seq: int, keep: int) -> int: ...
+
     async def read_after(self, after_seq: int, limit: int) -> list[BaseEvent]: ...
 
     async def wait_beyond(self, seq: int, timeout: float | None = None) -> bool: ...
@@ -151,12 +155,14 @@ class SinkRunner:
         self._task = asyncio.create_task(self._deliver(), name=f"sink-{type(self.sink).__name__}")
 
     def _skip_if_behind(self) -> EventsGap | None:
-        head = self.source.last_seq
-        if head - self.cursor <= self.max_lag:
+        if self.source.backlog(self.cursor) <= self.max_lag:
             return None
-        first, last = self.cursor + 1, head - self.max_lag
+        before = self.source.backlog(self.cursor)
+        first, last = self.cursor + 1, self.source.skip_to(self.cursor, self.max_lag)
+        if last < first:
+            return None
         self.cursor = last
-        self.skipped += last - first + 1
+        self.skipped += before - self.source.backlog(last)
         return EventsGap(
             session_id=self.session_id, seq=last, first_seq=first, last_seq=last, why="overflow"
         )
@@ -178,7 +184,7 @@ class SinkRunner:
                     continue
                 await self._send(event)
                 self.cursor = event.seq
-                if self.source.last_seq - self.cursor > self.max_lag:
+                if self.source.backlog(self.cursor) > self.max_lag:
                     break
 
     async def _send(self, event: BaseEvent) -> None:

@@ -241,15 +241,38 @@ class StateStore:
         return await self._run(q)
 
     async def prune_events(self, session_id: str, keep_last: int) -> int:
+        """Keep the newest ``keep_last`` seqs; record how far events were dropped, so readers
+        asking for older ones get an explicit gap. Returns how many rows were deleted."""
+
         def q() -> int:
-            cur = self._c().execute(
-                "DELETE FROM events WHERE session_id=? AND seq <= "
-                "(SELECT MAX(seq) FROM events WHERE session_id=?) - ?",
-                (session_id, session_id, keep_last),
-            )
+            conn = self._c()
+            conn.execute("BEGIN")
+            try:
+                row = conn.execute(
+                    "SELECT MAX(seq) FROM events WHERE session_id=?", (session_id,)
+                ).fetchone()
+                floor = (row[0] or 0) - keep_last
+                cur = conn.execute(
+                    "DELETE FROM events WHERE session_id=? AND seq <= ?", (session_id, floor)
+                )
+                if floor > 0:
+                    conn.execute(
+                        "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE "
+                        "SET value=MAX(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+                        (f"seq_pruned:{session_id}", str(floor)),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
             return cur.rowcount
 
         return await self._run(q)
+
+    async def pruned_floor(self, session_id: str) -> int:
+        """Events with seq <= this were dropped by retention (0: none)."""
+        value = await self.get_meta(f"seq_pruned:{session_id}")
+        return int(value or 0)
 
     async def get_cursor(self, session_id: str, consumer: str) -> int:
         def q() -> int:

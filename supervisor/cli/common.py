@@ -20,10 +20,10 @@ def parse_duration_ms(text: str, *, default_unit: str = "s") -> int:
         raise argparse.ArgumentTypeError(
             f"invalid duration {text!r}: use a number with ms, s, m or h (e.g. 500ms, 30s, 5m, 1h)"
         )
-    value = float(match.group(1)) * _UNIT_MS[match.group(2) or default_unit]
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be > 0")
-    return int(value)
+    value = int(float(match.group(1)) * _UNIT_MS[match.group(2) or default_unit])
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be at least 1ms")
+    return value
 
 
 def duration_s(text: str) -> float:

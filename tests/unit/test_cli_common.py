@@ -1,0 +1,70 @@
+"""CLI helpers: durations."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from supervisor.cli.common import duration_ms, duration_s, parse_duration_ms
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("500ms", 500),
+        ("30s", 30_000),
+        ("5m", 300_000),
+        ("1h", 3_600_000),
+        ("2", 2000),
+        ("1.5", 1500),
+        ("1.5s", 1500),
+        ("0.25m", 15_000),
+        (" 5 m ", 300_000),
+        ("1ms", 1),
+    ],
+)
+def test_parse_duration_ms(text: str, ms: int) -> None:
+    assert parse_duration_ms(text) == ms
+
+
+def test_default_unit() -> None:
+    assert parse_duration_ms("250", default_unit="ms") == 250
+    assert parse_duration_ms("2", default_unit="m") == 120_000
+    assert parse_duration_ms("2s", default_unit="ms") == 2000
+
+
+@pytest.mark.parametrize(
+    "text", ["", " ", "abc", "5x", "5 sec", "-1s", "1e3", "5M", "ms", "1.s", "1h30m"]
+)
+def test_invalid_durations_are_argparse_errors(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        parse_duration_ms(text)
+    assert str(info.value) == (
+        f"invalid duration {text!r}: use a number with ms, s, m or h (e.g. 500ms, 30s, 5m, 1h)"
+    )
+
+
+@pytest.mark.parametrize("text", ["0", "0s", "0ms", "0.0h"])
+def test_zero_is_rejected(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be at least 1ms"):
+        parse_duration_ms(text)
+
+
+@pytest.mark.parametrize("text", ["0.5ms", "0.0001s"])
+def test_sub_millisecond_durations_are_not_zero(text: str) -> None:
+    try:
+        value = parse_duration_ms(text)
+    except argparse.ArgumentTypeError:
+        return
+    assert value > 0
+
+
+def test_argparse_types() -> None:
+    assert duration_s("1500ms") == 1.5
+    assert duration_ms("2m") == 120_000
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("--timeout", type=duration_ms)
+    assert parser.parse_args(["--timeout", "30s"]).timeout == 30_000
+    with pytest.raises(argparse.ArgumentError, match="invalid duration 'soon'"):
+        parser.parse_args(["--timeout", "soon"])

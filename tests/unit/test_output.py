@@ -1,0 +1,271 @@
+"""OutputFile (real file + thread pool), read_slice, read_tail, _utf8_safe_end."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from supervisor.output import (
+    OutputFile,
+    _utf8_safe_end,
+    cap_marker,
+    dropped_marker,
+    gap_marker,
+    read_slice,
+    read_tail,
+)
+
+TEXT = "aé€😀b\n" * 3 + "ü😀"  # 1-, 2-, 3- and 4-byte characters
+DATA = TEXT.encode()
+
+
+@pytest.fixture
+def io() -> Iterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(max_workers=2)
+    yield pool
+    pool.shutdown(wait=True)
+
+
+async def open_file(path: Path, cap: int, io: ThreadPoolExecutor) -> OutputFile:
+    out = OutputFile(path, cap, io)
+    await out.open()
+    return out
+
+
+# -- OutputFile -----------------------------------------------------------------------------
+
+
+async def test_append_under_the_cap(tmp_path: Path, io: ThreadPoolExecutor) -> None:
+    path = tmp_path / "sub" / "t.output"
+    out = await open_file(path, 1024, io)
+    await out.append(b"hello ")
+    await out.append(b"")
+    await out.append(b"world\n")
+    await out.close()
+    assert path.read_bytes() == b"hello world\n"
+    assert (out.task_bytes, out.file_size, out.dropped) == (12, 12, 0)
+
+
+async def test_cap_keeps_exactly_cap_bytes_and_marks_once(
+    tmp_path: Path, io: ThreadPoolExecutor
+) -> None:
+    path = tmp_path / "t.output"
+    out = await open_file(path, 100, io)
+    payload = bytes(range(33, 33 + 70)) * 3  # 210 bytes in 30-byte appends
+    for i in range(0, len(payload), 30):
+        await out.append(payload[i : i + 30])
+    assert out.task_bytes == 100
+    assert out.dropped == 110
+    before_close = path.read_bytes()
+    assert before_close == payload[:100] + cap_marker(100)
+    await out.close()
+    await out.close()  # idempotent
+    content = path.read_bytes()
+    assert content == payload[:100] + cap_marker(100) + dropped_marker(110)
+    assert content.count(b"output cap of 100 bytes reached") == 1
+    assert out.file_size == len(content)
+
+
+async def test_one_append_crossing_the_cap(tmp_path: Path, io: ThreadPoolExecutor) -> None:
+    path = tmp_path / "t.output"
+    out = await open_file(path, 10, io)
+    await out.append(b"0123456789ABCDEF")
+    await out.close()
+    assert path.read_bytes() == b"0123456789" + cap_marker(10) + dropped_marker(6)
+
+
+async def test_output_exactly_at_the_cap_needs_no_marker(
+    tmp_path: Path, io: ThreadPoolExecutor
+) -> None:
+    path = tmp_path / "t.output"
+    out = await open_file(path, 10, io)
+    await out.append(b"0123456789")
+    await out.close()
+    assert path.read_bytes() == b"0123456789"
+    assert out.dropped == 0
+
+
+async def test_cap_marker_when_an_append_ends_exactly_at_the_cap(
+    tmp_path: Path, io: ThreadPoolExecutor
+) -> None:
+    path = tmp_path / "t.output"
+    out = await open_file(path, 10, io)
+    await out.append(b"0123456789")
+    await out.append(b"more")
+    assert path.read_bytes() == b"0123456789" + cap_marker(10)
+
+
+async def test_reopen_appends_and_keeps_counting(tmp_path: Path, io: ThreadPoolExecutor) -> None:
+    path = tmp_path / "t.output"
+    out = await open_file(path, 8, io)
+    await out.append(b"abcd")
+    await out.close()
+    again = OutputFile(path, 8, io)
+    await again.open(task_bytes=4)
+    assert again.file_size == 4
+    await again.append(b"efghij")
+    await again.close()
+    assert path.read_bytes() == b"abcdefgh" + cap_marker(8) + dropped_marker(2)
+
+
+async def test_note_gap(tmp_path: Path, io: ThreadPoolExecutor) -> None:
+    path = tmp_path / "t.output"
+    out = await open_file(path, 1024, io)
+    await out.append(b"a")
+    await out.note_gap(500, "rotated away by the engine")
+    await out.close()
+    assert path.read_bytes() == b"a" + gap_marker(500, "rotated away by the engine")
+    assert out.task_bytes == 1
+
+
+async def test_full_disk_becomes_a_gap_marker(
+    tmp_path: Path, io: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.output"
+    out = await open_file(path, 1024, io)
+    await out.append(b"before\n")
+    real_write = OutputFile._write_all
+    full = True
+
+    def write_all(self: OutputFile, data: bytes) -> int:
+        if full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, data)
+
+    monkeypatch.setattr(OutputFile, "_write_all", write_all)
+    await out.append(b"lost 1\n")
+    await out.append(b"lost 2\n")
+    assert out.gap_bytes == 14
+    full = False
+    await out.append(b"after\n")
+    await out.close()
+    assert path.read_bytes() == b"before\n" + gap_marker(14, "disk full") + b"after\n"
+    assert out.task_bytes == len(b"before\nafter\n")
+
+
+# -- read_slice ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "end"),
+    [
+        (b"", 0),
+        (b"abc", 3),
+        ("é".encode(), 2),
+        ("é".encode()[:1], 0),
+        (b"a" + "€".encode()[:2], 1),
+        (b"a" + "€".encode(), 4),
+        (b"a" + "😀".encode()[:3], 1),
+        (b"a" + "😀".encode(), 5),
+        (b"\x80\x80", 2),  # stray continuation bytes: nothing to wait for
+        (b"a\xff", 2),  # invalid lead byte
+    ],
+)
+def test_utf8_safe_end(data: bytes, end: int) -> None:
+    assert _utf8_safe_end(data) == end
+
+
+@given(st.text(max_size=20), st.integers(0, 3))
+def test_utf8_safe_end_property(text: str, chop: int) -> None:
+    data = text.encode("utf-8", "surrogatepass")
+    data = data[: max(0, len(data) - chop)]
+    end = _utf8_safe_end(data)
+    assert len(data) - 3 <= end <= len(data)
+    data[:end].decode("utf-8", "surrogatepass")  # the kept part decodes cleanly
+
+
+async def read_all(path: Path, limit: int, *, ended: bool, io: ThreadPoolExecutor) -> list[bytes]:
+    parts: list[bytes] = []
+    offset = 0
+    for _ in range(10_000):
+        sl = await read_slice(path, offset, limit, ended=ended, io=io)
+        assert sl.offset == offset
+        assert sl.next_offset == offset + len(sl.data)
+        assert len(sl.data) <= limit
+        if not sl.data:
+            assert sl.eof is ended
+            return parts
+        assert sl.eof is (ended and sl.next_offset == len(DATA))
+        parts.append(sl.data)
+        offset = sl.next_offset
+    raise AssertionError("read_slice made no progress")
+
+
+@pytest.mark.parametrize("limit", range(1, 21))
+async def test_stitched_slices_equal_the_file(
+    tmp_path: Path, io: ThreadPoolExecutor, limit: int
+) -> None:
+    path = tmp_path / "t.output"
+    path.write_bytes(DATA)
+    parts = await read_all(path, limit, ended=True, io=io)
+    assert b"".join(parts) == DATA
+    end = 0
+    for p in parts:
+        end += len(p)
+        at_boundary = end == len(DATA) or (DATA[end] & 0xC0) != 0x80
+        # a slice ends inside a character only when the limit leaves no other way to progress
+        # (no character boundary inside the slice it could have been cut back to)
+        assert at_boundary or all((b & 0xC0) == 0x80 for b in p[1:]), (limit, p)
+    if limit >= 4:
+        # every slice ends on a character boundary, so each one decodes on its own
+        assert "".join(p.decode("utf-8") for p in parts) == TEXT
+
+
+async def test_slice_ending_at_file_end_may_end_mid_character(
+    tmp_path: Path, io: ThreadPoolExecutor
+) -> None:
+    path = tmp_path / "t.output"
+    partial = b"ab" + "€".encode()[:2]  # the command is mid-write
+    path.write_bytes(partial)
+    sl = await read_slice(path, 0, 100, ended=False, io=io)
+    assert (sl.data, sl.eof) == (partial, False)
+    assert sl.lossy
+    mid = await read_slice(path, 0, 3, ended=False, io=io)
+    assert mid.data == b"ab"  # not the end of the file: held back
+
+
+async def test_eof_only_when_ended(tmp_path: Path, io: ThreadPoolExecutor) -> None:
+    path = tmp_path / "t.output"
+    path.write_bytes(b"abc")
+    assert (await read_slice(path, 0, 10, ended=False, io=io)).eof is False
+    assert (await read_slice(path, 0, 10, ended=True, io=io)).eof is True
+    assert (await read_slice(path, 0, 2, ended=True, io=io)).eof is False
+    beyond = await read_slice(path, 50, 10, ended=True, io=io)
+    assert (beyond.data, beyond.next_offset, beyond.eof) == (b"", 50, True)
+    missing = await read_slice(tmp_path / "none", 0, 10, ended=False, io=io)
+    assert (missing.data, missing.eof) == (b"", False)
+    assert (await read_slice(tmp_path / "none", 0, 10, ended=True, io=io)).eof is True
+
+
+# -- read_tail ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chars", [0, 1, 2, 3, 5, 8, 19, 23, 100])
+async def test_read_tail_returns_the_last_characters(
+    tmp_path: Path, io: ThreadPoolExecutor, chars: int
+) -> None:
+    path = tmp_path / "t.output"
+    path.write_bytes(DATA)
+    tail = await read_tail(path, chars, io=io)
+    assert tail == (TEXT[-chars:] if chars else "")
+
+
+async def test_read_tail_replaces_invalid_bytes(tmp_path: Path, io: ThreadPoolExecutor) -> None:
+    path = tmp_path / "t.output"
+    path.write_bytes(b"ok \xff\xfe end" + "€".encode()[:2])
+    assert (
+        await read_tail(path, 8, io=io) == " \ufffd\ufffd end\ufffd"
+    )  # a cut-off character at the end is one U+FFFD
+    assert await read_tail(tmp_path / "missing", 10, io=io) == ""
+
+
+async def test_read_tail_default_executor(tmp_path: Path) -> None:
+    path = tmp_path / "t.output"
+    path.write_bytes(DATA)
+    assert await read_tail(path, 3) == TEXT[-3:]
