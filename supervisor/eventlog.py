@@ -101,7 +101,7 @@ class EventLog:
                     )
                 await self._store.append_events(
                     [
-                        (self.session_id, ev.seq, ev.type, ev.task_id, ev.model_dump_json())  # type: ignore[attr-defined]
+                        (self.session_id, ev.seq, ev.type, ev.task_id, ev.model_dump_json())
                         for ev in batch
                     ]
                 )

@@ -14,6 +14,8 @@ class BaseEvent(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    type: str
+    """The event type, e.g. ``task.stopped`` (each subclass fixes it)."""
     seq: int = 0
     """Per-session sequence number; strictly increasing, never reused (0 before logging)."""
     ts: float = 0.0

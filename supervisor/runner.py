@@ -637,6 +637,22 @@ class TaskRunner:
         if self.ctx.watch is not None:
             self.ctx.watch.input_sent(self)
 
+    async def wait_output(self, offset: int, timeout_s: float) -> None:
+        """Return once the output file grows past ``offset``, the task ends, or time runs out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._out.file_size <= offset and not self.lc.ended:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            seen, final = self._output_seen, self._final
+            waiters = [asyncio.ensure_future(seen.wait()), asyncio.ensure_future(final.wait())]
+            try:
+                await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
+
     async def wait_for_pattern(
         self, pattern: re.Pattern[bytes], timeout_s: float, from_offset: int = 0
     ) -> PatternMatch:

@@ -63,6 +63,8 @@ class Session:
         self._ended = False
         self._ending: asyncio.Task[None] | None = None
         self._network: asyncio.Task[None] | None = None
+        #: Digests of the API tokens minted for this session (the daemon persists them).
+        self.token_digests: list[str] = []
         self.log = log.bind(session_id=session_id)
         self.dir = sup.state_dir / "sessions" / session_id
 

@@ -15,6 +15,7 @@ _MODULES = (
     "supervisor.cli.walkthrough",
     "supervisor.cli.images",
     "supervisor.cli.doctor",
+    "supervisor.cli.serve",
 )
 
 EPILOG = """\

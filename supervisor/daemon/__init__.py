@@ -1,0 +1,1 @@
+"""The daemon: one Supervisor behind an HTTP API on a unix socket (optionally loopback TCP)."""
