@@ -1,0 +1,119 @@
+"""A real daemon (``sbx serve`` as a subprocess) for end-to-end tests through real clients."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import require_engine
+
+REPO = Path(__file__).resolve().parents[2]
+SBX = [sys.executable, "-m", "supervisor.cli.main"]
+
+
+@dataclass
+class Daemon:
+    """A running ``sbx serve``: where it listens and how to authenticate."""
+
+    proc: subprocess.Popen[bytes]
+    state_dir: Path
+    socket: Path
+    token: str
+    tcp: str | None
+    log: Path
+    env: dict[str, str]
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        """httpx over the unix socket, authenticated as admin unless told otherwise."""
+        return httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(self.socket)),
+            base_url="http://sbx",
+            headers={"Authorization": f"Bearer {token or self.token}"},
+            timeout=60,
+        )
+
+    def sbx(
+        self, *args: str, input: bytes | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run the ``sbx`` CLI against this daemon."""
+        return subprocess.run(
+            [*SBX, *args],
+            env=self.env,
+            input=input,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_daemon(
+    state_dir: Path, policies_dir: Path, *extra: str, stop_tasks_on_exit: bool = True
+) -> Daemon:
+    """Start ``sbx serve`` and wait until it answers (bounded)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    log = state_dir.parent / f"{state_dir.name}-daemon.log"
+    env = {
+        **os.environ,
+        "SBX_STATE_DIR": str(state_dir),
+        "SBX_POLICIES_DIR": str(policies_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("SBX_URL", None)
+    env.pop("SBX_TOKEN", None)
+    args = [*SBX, "serve", "--state-dir", str(state_dir), "--policies-dir", str(policies_dir)]
+    if stop_tasks_on_exit:
+        args.append("--stop-tasks-on-exit")
+    args += list(extra)
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(args, stdout=fh, stderr=fh, env=env, cwd=REPO)
+    info_file = state_dir / "daemon" / "daemon.json"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sbx serve exited with {proc.returncode}:\n{log.read_text()}")
+        if info_file.exists():
+            info = json.loads(info_file.read_text())
+            sock = Path(info["socket"])
+            try:
+                with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock))) as c:
+                    if c.get("http://sbx/healthz").status_code in (200, 503):
+                        token = (state_dir / "daemon" / "admin.token").read_text().strip()
+                        return Daemon(proc, state_dir, sock, token, info.get("tcp"), log, env)
+            except httpx.TransportError:
+                pass
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"sbx serve did not answer within 30 s:\n{log.read_text()}")
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, policies_dir: Path) -> Iterator[Daemon]:
+    """A private daemon with its own state dir, the test policies, loopback TCP on a free port.
+    Stopped with SIGTERM at the end (it stops its tasks on exit, leaving no containers)."""
+    require_engine()
+    d = start_daemon(tmp_path / "state", policies_dir, "--listen", "127.0.0.1:0")
+    try:
+        yield d
+    finally:
+        rc = d.stop()
+        assert rc == 0, f"daemon exited with {rc}:\n{d.log.read_text()[-3000:]}"
