@@ -12,10 +12,13 @@ from supervisor.cli.common import HelpFormatter
 #: Subcommand modules, in help order. Each has ``register(subparsers)`` which sets
 #: ``func(args) -> int`` on its parser(s).
 _MODULES = (
-    "supervisor.cli.walkthrough",
+    "supervisor.cli.tasks",
+    "supervisor.cli.serve",
+    "supervisor.cli.mcp",
+    "supervisor.cli.policies",
     "supervisor.cli.images",
     "supervisor.cli.doctor",
-    "supervisor.cli.serve",
+    "supervisor.cli.walkthrough",
 )
 
 EPILOG = """\
