@@ -65,10 +65,20 @@ class LineChunker:
         self._bucket_started = False
         self._suppressed = 0
         self._suppressed_first = 0
+        self._fed = 0
+        self._floor = 0
 
-    def resume_at(self, ordinal: int) -> None:
-        """Continue ordinals after a restart."""
+    @property
+    def consumed(self) -> int:
+        """Stream position just after the last line (or piece) counted in ``ordinal``."""
+        return self._fed - len(self._partial)
+
+    def resume(self, *, ordinal: int, offset: int, floor: int) -> None:
+        """Continue after a restart: lines up to ``ordinal`` end at stream ``offset``; events
+        for lines up to ``floor`` were already delivered and are not sent again."""
         self.ordinal = ordinal
+        self._fed = offset
+        self._floor = floor
 
     # -- feeding -------------------------------------------------------------------
 
@@ -76,6 +86,7 @@ class LineChunker:
         if not self._bucket_started:
             self._bucket = TokenBucket(self.cfg.lines_per_s, self.cfg.burst_lines, now)
             self._bucket_started = True
+        self._fed += len(data)
         out: list[BaseEvent] = []
         start = 0
         while True:
@@ -119,7 +130,7 @@ class LineChunker:
             self._suppressed += 1
             return
         if self._suppressed:
-            out.append(self._suppression())
+            self._append(out, self._suppression())
         size = len(segment) + 1
         if self._batch and self._batch_bytes + size > self.cfg.max_chunk_bytes:
             out.extend(self._emit_batch(now))
@@ -137,6 +148,14 @@ class LineChunker:
     def _emit_batch(self, now: float, *, eol: bool = True, cut: bool = False) -> list[BaseEvent]:
         if not self._batch:
             return []
+        first = self._batch_ordinal - len(self._batch) + 1
+        if self._floor >= first:
+            # Replayed after a restart: drop lines already delivered before it.
+            del self._batch[: min(len(self._batch), self._floor - first + 1)]
+            if not self._batch:
+                self._batch_bytes = 0
+                self._batch_started = None
+                return []
         text = b"\n".join(self._batch).decode("utf-8", "replace")
         ev = TaskOutput(
             session_id=self.session_id,
@@ -153,7 +172,13 @@ class LineChunker:
         self._last_emit = now
         return [ev]
 
-    def _suppression(self) -> TaskOutputSuppressed:
+    def _suppression(self) -> TaskOutputSuppressed | None:
+        if self._suppressed_first + self._suppressed - 1 <= self._floor:
+            self._suppressed = 0
+            return None
+        first = max(self._suppressed_first, self._floor + 1)
+        self._suppressed -= first - self._suppressed_first
+        self._suppressed_first = first
         ev = TaskOutputSuppressed(
             session_id=self.session_id,
             task_id=self.task_id,
@@ -163,6 +188,11 @@ class LineChunker:
         )
         self._suppressed = 0
         return ev
+
+    @staticmethod
+    def _append(out: list[BaseEvent], event: BaseEvent | None) -> None:
+        if event is not None:
+            out.append(event)
 
     def next_flush_at(self) -> float | None:
         """When ``tick`` should next be called (loop time), or None."""
@@ -180,7 +210,7 @@ class LineChunker:
             if self._batch:
                 out.extend(self._emit_batch(now))
             elif self._suppressed:
-                out.append(self._suppression())
+                self._append(out, self._suppression())
                 self._last_emit = now
         return out
 
@@ -190,7 +220,7 @@ class LineChunker:
         now = self._last_emit if self._last_emit != float("-inf") else 0.0
         if self._suppressed:
             out.extend(self._emit_batch(now))
-            out.append(self._suppression())
+            self._append(out, self._suppression())
         if self._partial:
             # The final line is always delivered (bypassing the rate limit): it is often
             # the task's last word, and it is one line.

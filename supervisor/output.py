@@ -186,6 +186,62 @@ async def read_slice(
     return OutputSlice(data=data, offset=offset, next_offset=end, eof=ended and end >= size)
 
 
+def _engine_log_length(data: bytes) -> int:
+    """Length of ``data`` after the engine's json-file log stored and replayed it: each
+    invalid UTF-8 byte comes back as U+FFFD (3 bytes); everything else is unchanged."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    else:
+        return len(data)
+    length = 0
+    view = memoryview(data)
+    pos = 0
+    while pos < len(data):
+        try:
+            length += len(bytes(view[pos:]).decode("utf-8").encode())
+            break
+        except UnicodeDecodeError as exc:
+            length += exc.start + 3 * max(1, exc.end - exc.start)
+            pos += exc.end
+    return length
+
+
+def replayed_length(path: Path, start: int, end: int) -> int:
+    """How many bytes the engine's log replay holds for file bytes ``[start, end)``."""
+    total = 0
+    try:
+        with path.open("rb") as fh:
+            fh.seek(start)
+            remaining = end - start
+            carry = b""
+            while remaining > 0:
+                block = fh.read(min(remaining, 4 << 20))
+                if not block:
+                    break
+                remaining -= len(block)
+                chunk = carry + block
+                # keep an incomplete trailing character for the next block
+                cut = _utf8_safe_end(chunk) if remaining > 0 else len(chunk)
+                total += _engine_log_length(chunk[:cut])
+                carry = chunk[cut:]
+            total += _engine_log_length(carry) if carry else 0
+    except FileNotFoundError:
+        return 0
+    return total
+
+
+def read_range(path: Path, start: int, end: int) -> bytes:
+    """File bytes ``[start, end)`` (blocking; run in a worker thread)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(start)
+            return fh.read(max(0, end - start))
+    except FileNotFoundError:
+        return b""
+
+
 async def read_tail(path: Path, chars: int, io: Executor | None = None) -> str:
     """The last ``chars`` characters of the file, decoded with replacement."""
     loop = asyncio.get_running_loop()

@@ -32,10 +32,12 @@ from supervisor.events import (
     TaskStarted,
     TaskStopped,
 )
-from supervisor.lifecycle import Lifecycle, Outcome, StopRequest
+from supervisor.faults import crash_point
+from supervisor.lifecycle import Lifecycle, Outcome, StopRequest, status_for
 from supervisor.models import PatternMatch, TaskInfo, TaskSpec
 from supervisor.monitor import LineChunker
-from supervisor.output import OutputFile, read_tail
+from supervisor.output import OutputFile, read_range, read_tail, replayed_length
+from supervisor.policy import Policy
 from supervisor.resolve import Effective
 
 log = structlog.get_logger("supervisor.runner")
@@ -52,10 +54,18 @@ class CaptureState(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     stdout_bytes: int = 0
+    """Raw stdout bytes received from the engine (captured or dropped)."""
     stderr_bytes: int = 0
-    stdout_newlines: int = 0
     task_bytes: int = 0
+    """Command bytes written to the output file."""
+    dropped: int = 0
+    """Bytes dropped after the output cap."""
     file_size: int = 0
+    """Output file size at this checkpoint (command bytes plus any sbx markers)."""
+    monitor_ordinal: int = 0
+    """Monitor tasks: lines (and pieces) counted up to ``monitor_offset``."""
+    monitor_offset: int = 0
+    """Monitor tasks: stream position just after the last counted line."""
 
 
 class TaskRecord(BaseModel):
@@ -66,10 +76,15 @@ class TaskRecord(BaseModel):
     spec: TaskSpec
     stage: str
     """intent -> created -> running -> ended."""
+    policy: Policy
+    """The policy as it was when the task started: a restart never re-reads a changed file."""
+    stop_reason: str | None = None
+    """A stop requested before the crash (re-applied after a restart)."""
     info: TaskInfo
     container_id: str | None = None
     capture: CaptureState = CaptureState()
-    monitor_ordinal: int = 0
+    stdin_closed: bool = False
+    """True once EOF was sent or the attaching connection was lost (a restart)."""
 
 
 @dataclass
@@ -88,6 +103,10 @@ class RunnerContext:
     check_image: Callable[[Any], Any] | None = None
     """Coroutine raising ImageMissing (or PolicyError for a wrong pin) before create."""
     on_done: Callable[[TaskRunner], None] | None = None
+    task_events: Callable[[str, tuple[str, ...]], Any] | None = None
+    """Coroutine: stored events of a task with the given types (used when re-adopting)."""
+    find_container: Callable[[str], Any] | None = None
+    """Coroutine: the id of our container labeled with this task id, if any."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -141,6 +160,11 @@ class TaskRunner:
             self._chunker = LineChunker(eff.policy.monitor, session_id, task_id)
         self.stalled = False
         self._last_checkpoint = 0.0
+        self._skip = {1: 0, 2: 0}
+        self._fixed_running_ms: int | None = None
+        self._engine_outage = False
+        #: Whether the engine keeps containers running through its own restarts.
+        self._live_restore = bool(ctx.extra.get("live_restore", True))
         self.error: Outcome | None = None
 
     # -- snapshots -----------------------------------------------------------------
@@ -149,6 +173,8 @@ class TaskRunner:
         return asyncio.get_running_loop().time()
 
     def running_ms(self) -> int:
+        if self._fixed_running_ms is not None:
+            return self._fixed_running_ms
         if self._started_mono is None:
             return 0
         end = self._ended_mono if self._ended_mono is not None else self._loop_time()
@@ -185,14 +211,20 @@ class TaskRunner:
 
     def record(self, stage: str) -> TaskRecord:
         self.capture.task_bytes = self._out.task_bytes
+        self.capture.dropped = self._out.dropped
         self.capture.file_size = self._out.file_size
+        if self._chunker is not None:
+            self.capture.monitor_ordinal = self._chunker.ordinal
+            self.capture.monitor_offset = self._chunker.consumed
         return TaskRecord(
             spec=self.spec,
             stage=stage,
+            policy=self.eff.policy,
+            stop_reason=self.lc.stop_reason,
             info=self.info(),
             container_id=self.container_id,
             capture=self.capture.model_copy(),
-            monitor_ordinal=self._chunker.ordinal if self._chunker else 0,
+            stdin_closed=not self._stdin_open,
         )
 
     async def _persist(self, stage: str) -> None:
@@ -268,7 +300,6 @@ class TaskRunner:
 
     async def _run(self) -> None:
         await self._out.open()
-        await self._persist("intent")
         try:
             if self.ctx.check_runtime is not None:
                 await self.ctx.check_runtime(self.eff.policy.runtime)
@@ -276,7 +307,9 @@ class TaskRunner:
                 await self.ctx.check_image(self.eff.policy)
             if self.ctx.prepare_network is not None:
                 await self.ctx.prepare_network()
+            crash_point("before_create")
             self.container_id = await self.ctx.backend.create(self.request)
+            crash_point("after_create")
             await self._persist("created")
             self._stream = await self.ctx.backend.attach(
                 self.container_id, stdin=self._stdin_open, logs=False
@@ -285,15 +318,27 @@ class TaskRunner:
                 await self._finish_unstarted()
                 return
             await self.ctx.backend.start(self.container_id)
+            crash_point("after_start")
         except SupervisorError as exc:
             await self._finish_failed(exc)
             return
+        await self._after_start()
+
+    async def _after_start(self) -> None:
         self.lc.mark_started()
         self.started_at = time.time()
         self._started_mono = self._loop_time()
         self._last_output_mono = self._started_mono
         if self.eff.timeout_ms is not None:
             self.deadline_at = self.started_at + self.eff.timeout_ms / 1000
+        await self._persist("running")
+        self._emit_started()
+        self._arm_watchers()
+        if self.lc.stop_reason is not None:  # stop raced the start
+            self._begin_kill()
+        await self._supervise()
+
+    def _emit_started(self) -> None:
         self.ctx.emit(
             TaskStarted(
                 session_id=self.session_id,
@@ -307,18 +352,13 @@ class TaskRunner:
                 timeout_ms=self.eff.timeout_ms,
             )
         )
-        await self._persist("running")
-        self._arm_watchers()
-        if self.lc.stop_reason is not None:  # stop raced the start
-            self._begin_kill()
-        await self._supervise()
 
     def _arm_watchers(self) -> None:
         loop = asyncio.get_running_loop()
-        if self.eff.timeout_ms is not None:
-            self._timers.append(
-                loop.call_later(self.eff.timeout_ms / 1000, self.request_stop, "timeout")
-            )
+        if self.deadline_at is not None:
+            # Re-armed from the persisted wall-clock deadline after a restart, never restarted.
+            remaining = max(0.0, self.deadline_at - time.time())
+            self._timers.append(loop.call_later(remaining, self.request_stop, "timeout"))
         if self.eff.idle_timeout_ms is not None:
             self._timers.append(loop.call_later(self.eff.idle_timeout_ms / 1000, self._idle_check))
         if self.eff.poll_every_s is not None:
@@ -363,8 +403,11 @@ class TaskRunner:
             )
 
     async def _supervise(self) -> None:
+        """Capture until the output ends, then collect the exit. Engine outages are ridden
+        out: when the stream breaks while the container lives, capture re-attaches and
+        skips what it already has; output produced meanwhile comes from the engine's log."""
         assert self.container_id is not None
-        capture = asyncio.create_task(self._capture(), name=f"capture-{self.task_id}")
+        capture = asyncio.create_task(self._capture_all(), name=f"capture-{self.task_id}")
         try:
             state = await self._wait_exit()
         except BaseException:
@@ -381,8 +424,19 @@ class TaskRunner:
             capture.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await capture
+        if state is not None and self._engine_outage:
+            # The stream may have missed the end: catch up from the engine's log.
+            with contextlib.suppress(SupervisorError):
+                await self._catch_up()
+        crash_point("after_exit")
         if state is None:
             await self._finish_lost("the container disappeared")
+            return
+        if self._engine_outage and not self._live_restore and self.lc.stop_reason is None:
+            await self._finish_lost(
+                f"the engine restarted without live-restore and stopped the container "
+                f"(exit code {state.exit_code})"
+            )
             return
         await self._finish_exited(state)
 
@@ -394,7 +448,9 @@ class TaskRunner:
             try:
                 return await self.ctx.backend.wait(self.container_id)
             except EngineUnavailable as exc:
-                self.log.warning("engine_unavailable_while_waiting", error=str(exc))
+                if not self._engine_outage:
+                    self.log.warning("engine_unavailable_while_waiting", error=str(exc))
+                self._engine_outage = True
             except EngineError as exc:
                 state = None
                 with contextlib.suppress(SupervisorError):
@@ -407,6 +463,78 @@ class TaskRunner:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
+    async def _capture_all(self) -> None:
+        """Read the attached stream; after it ends early (engine lost, connection dropped),
+        re-attach with the engine's log replay and skip what is already captured."""
+        empty_reattaches = 0
+        while True:
+            before = self.capture.stdout_bytes + self.capture.stderr_bytes
+            if self._stream is not None:
+                await self._capture()
+                await self._stream.aclose()
+                self._stream = None
+                self._stdin_open = False
+            if self._exited.is_set():
+                return
+            got = self.capture.stdout_bytes + self.capture.stderr_bytes - before
+            empty_reattaches = empty_reattaches + 1 if got == 0 else 0
+            state = await self._inspect_patiently()
+            if state is None or not state.running or self._exited.is_set():
+                return
+            if empty_reattaches >= 2:
+                # The command closed its stdout and stderr but keeps running: nothing more
+                # will come; its exit is still collected.
+                return
+            self.log.info("capture_reattach")
+            try:
+                self._stream = await self._attach_replay()
+            except SupervisorError as exc:
+                self.log.warning("reattach_failed", error=str(exc))
+                self._engine_outage = True
+                await asyncio.sleep(0.5)
+
+    async def _inspect_patiently(self) -> ContainerState | None:
+        assert self.container_id is not None
+        delay = 0.2
+        while not self._exited.is_set():
+            try:
+                return await self.ctx.backend.inspect(self.container_id)
+            except EngineUnavailable:
+                self._engine_outage = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        return None
+
+    async def _attach_replay(self) -> AttachedStream:
+        """Attach with the engine's log replayed first; set how much of it to skip."""
+        assert self.container_id is not None
+        await self._set_replay_skip()
+        return await self.ctx.backend.attach(self.container_id, stdin=False, logs=True)
+
+    async def _set_replay_skip(self) -> None:
+        """Everything already received: the file's command bytes as the engine's log stores
+        them (invalid UTF-8 comes back as U+FFFD) plus what the cap dropped."""
+        loop = asyncio.get_running_loop()
+        captured = await loop.run_in_executor(
+            self.ctx.io, replayed_length, self.output_path, 0, self._out.task_bytes
+        )
+        lost = self._out.dropped + self._out.gap_bytes
+        self._skip = {1: captured + lost, 2: self.capture.stderr_bytes}
+
+    async def _catch_up(self) -> None:
+        """After an outage and the container's exit: fetch output the stream missed."""
+        if self.container_id is None:
+            return
+        stream = await self._attach_replay()
+        self._stream = stream
+        try:
+            await asyncio.wait_for(self._capture(), _DRAIN_S)
+        except TimeoutError:
+            self.log.warning("catch_up_timeout")
+        finally:
+            await stream.aclose()
+            self._stream = None
+
     async def _capture(self) -> None:
         stream = self._stream
         if stream is None:
@@ -416,14 +544,18 @@ class TaskRunner:
             segments = await stream.read()
             if segments is None:
                 break
+            if self._skip[1] or self._skip[2]:
+                segments = self._skipped(segments)
+                if not segments:
+                    continue
             for kind, payload in segments:
                 if kind == 2:
                     self.capture.stderr_bytes += len(payload)
                 else:
                     self.capture.stdout_bytes += len(payload)
-                    self.capture.stdout_newlines += payload.count(b"\n")
             data = segments[0][1] if len(segments) == 1 else b"".join(p for _, p in segments)
             await self._out.append(data)
+            crash_point("mid_stream", len(data))
             now = loop.time()
             self._last_output_mono = now
             if self._chunker is not None:
@@ -435,6 +567,18 @@ class TaskRunner:
                 self._last_checkpoint = now
                 self._aux.append(asyncio.create_task(self._persist("running")))
                 self._aux = [t for t in self._aux if not t.done()]
+
+    def _skipped(self, segments: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        out = []
+        for kind, payload in segments:
+            key = 2 if kind == 2 else 1
+            skip = self._skip[key]
+            if skip >= len(payload):
+                self._skip[key] = skip - len(payload)
+                continue
+            self._skip[key] = 0
+            out.append((kind, payload[skip:]))
+        return out
 
     # -- monitor batching ----------------------------------------------------------
 
@@ -463,6 +607,7 @@ class TaskRunner:
         if not self.lc.request_stop(reason):
             return False
         self.log.info("stop_requested", reason=reason)
+        self._aux.append(asyncio.create_task(self._persist(self._stage())))
         if self.lc.started:
             self._begin_kill()
         return True
@@ -596,7 +741,196 @@ class TaskRunner:
         with contextlib.suppress(Exception):
             await self._out.close()
         with contextlib.suppress(Exception):
-            await asyncio.shield(self._persist("running" if self.lc.started else "created"))
+            stage = "running" if self.lc.started else ("created" if self.container_id else "intent")
+            await asyncio.shield(self._persist(stage))
+
+    # -- re-adoption after a restart ------------------------------------------------
+
+    def _stage(self) -> str:
+        if self.lc.ended:
+            return "ended"
+        if self.lc.started:
+            return "running"
+        return "created" if self.container_id else "intent"
+
+    @classmethod
+    def from_record(
+        cls,
+        ctx: RunnerContext,
+        record: TaskRecord,
+        *,
+        eff: Effective,
+        request: ContainerRequest,
+        output_path: Path,
+    ) -> TaskRunner:
+        """Rebuild a runner from the store. Ended tasks come back final (readable, listable);
+        others are picked up by ``resume()``."""
+        info = record.info
+        r = cls(
+            ctx,
+            task_id=info.task_id,
+            session_id=info.session_id,
+            spec=record.spec,
+            eff=eff,
+            request=request,
+            output_path=output_path,
+        )
+        r.created_at = info.created_at
+        r.started_at = info.started_at
+        r.deadline_at = info.deadline_at
+        r.container_id = record.container_id
+        r.capture = record.capture.model_copy()
+        r._out.task_bytes = record.capture.task_bytes
+        r._out.dropped = record.capture.dropped
+        r._out.file_size = record.capture.file_size
+        if record.stop_reason is not None:
+            r.lc.stop_reason = record.stop_reason  # type: ignore[assignment]
+        if record.stage == "ended" and info.ended:
+            r.lc.started = info.started_at is not None
+            r.lc.outcome = Outcome(
+                info.status, info.reason, info.exit_code, info.error_code, info.error
+            )
+            r.ended_at = info.ended_at
+            r._fixed_running_ms = info.running_ms
+            r._final.set()
+            r._done.set()
+            r._exited.set()
+        return r
+
+    async def resume(self, stage: str) -> None:
+        """Main coroutine of a re-adopted task (replaces ``run``)."""
+        try:
+            await self._resume(stage)
+        except asyncio.CancelledError:
+            await self._release()
+            raise
+        except Exception as exc:
+            self.log.exception("resume_crashed")
+            await self._finish_lost(f"supervisor error while re-adopting: {exc!r}")
+
+    async def _resume(self, stage: str) -> None:
+        loop = asyncio.get_running_loop()
+        # The file is the truth about what was written before the crash.
+        size = await loop.run_in_executor(self.ctx.io, _file_size, self.output_path)
+        growth = max(0, size - self.capture.file_size)
+        await self._out.open(task_bytes=self._out.task_bytes)
+        if not self._out.dropped:
+            self._out.task_bytes += growth
+            self.capture.stdout_bytes += growth
+        self._out.file_size = size
+        if await self._terminal_already_logged():
+            return
+        if self.container_id is None and self.ctx.find_container is not None:
+            self.container_id = await self.ctx.find_container(self.task_id)
+        if self.container_id is None:
+            # Crashed before the container existed: run the task now, as accepted.
+            self.log.info("readopt_create")
+            await self._out.close()
+            self._out = OutputFile(self.output_path, self.eff.limits.output_cap_bytes, self.ctx.io)
+            await self._run()
+            return
+        state = await self._inspect_patiently()
+        if state is None:
+            if self.lc.started or stage == "running":
+                self.lc.mark_started()
+                await self._finish_lost("the container disappeared while the supervisor was down")
+            else:
+                await self._finish_failed(
+                    SupervisorError("the container disappeared before it started")
+                )
+            return
+        if state.status == "created":
+            self.log.info("readopt_start")
+            await self._start_created()
+            return
+        # It ran: pick up its output where the file ends.
+        self.lc.mark_started()
+        self._stdin_open = False  # the engine closed it when our connection dropped
+        if self.started_at is None:
+            self.started_at = _parse_engine_time(state.started_at) or time.time()
+        self._started_mono = loop.time() - max(0.0, time.time() - self.started_at)
+        self._last_output_mono = loop.time()
+        if self.deadline_at is None and self.eff.timeout_ms is not None:
+            self.deadline_at = self.started_at + self.eff.timeout_ms / 1000
+        if not await self._has_event("task.started"):
+            self._emit_started()
+        await self._resume_monitor()
+        self._stream = await self._attach_replay()
+        self.log.info("readopted", running=state.running, skip=self._skip[1])
+        await self._persist("running")
+        if state.running:
+            self._arm_watchers()
+            if self.lc.stop_reason is not None:
+                self._begin_kill()
+        await self._supervise()
+
+    async def _start_created(self) -> None:
+        """A container created but never started before the crash: attach and start it."""
+        assert self.container_id is not None
+        try:
+            self._stream = await self.ctx.backend.attach(
+                self.container_id, stdin=self._stdin_open, logs=False
+            )
+            if self.lc.stop_reason is not None:
+                await self._finish_unstarted()
+                return
+            await self.ctx.backend.start(self.container_id)
+        except SupervisorError as exc:
+            await self._finish_failed(exc)
+            return
+        await self._after_start()
+
+    async def _has_event(self, kind: str) -> bool:
+        if self.ctx.task_events is None:
+            return False
+        return bool(await self.ctx.task_events(self.task_id, (kind,)))
+
+    async def _terminal_already_logged(self) -> bool:
+        """Crashed after the terminal event was stored: finish quietly (no second event)."""
+        if self.ctx.task_events is None:
+            return False
+        events = await self.ctx.task_events(self.task_id, ("task.stopped", "task.failed"))
+        if not events:
+            return False
+        ev = events[-1]
+        if ev.type == "task.stopped":
+            self.lc.mark_started()
+            self.lc.outcome = Outcome(
+                status_for(ev.reason, ev.exit_code), ev.reason, ev.exit_code, None, ev.detail
+            )
+            self._fixed_running_ms = ev.running_ms
+        else:
+            self.lc.outcome = Outcome("failed", None, None, ev.error_code, ev.message)
+        self.ended_at = ev.ts
+        await self._out.close()
+        self._final.set()
+        await self._persist("ended")
+        await asyncio.shield(self._remove())
+        self._done.set()
+        return True
+
+    async def _resume_monitor(self) -> None:
+        """Continue ordinals exactly; re-send lines captured but not delivered before the
+        crash (consumers de-duplicate by ordinal anyway)."""
+        if self._chunker is None or self.ctx.task_events is None:
+            return
+        delivered = 0
+        for ev in await self.ctx.task_events(
+            self.task_id, ("task.output", "task.output_suppressed")
+        ):
+            delivered = max(delivered, getattr(ev, "ordinal", 0), getattr(ev, "last_ordinal", 0))
+        cap = self.capture
+        self._chunker.resume(
+            ordinal=cap.monitor_ordinal, offset=cap.monitor_offset, floor=delivered
+        )
+        if self._out.dropped:
+            return  # the file no longer mirrors the stream past the cap
+        loop = asyncio.get_running_loop()
+        pending = await loop.run_in_executor(
+            self.ctx.io, read_range, self.output_path, cap.monitor_offset, self._out.task_bytes
+        )
+        if pending:
+            self._emit_monitor(self._chunker.feed(pending, loop.time()))
 
     # -- caller operations ----------------------------------------------------------
 
@@ -708,6 +1042,28 @@ class TaskRunner:
             finally:
                 for w in waiters:
                     w.cancel()
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _parse_engine_time(value: str | None) -> float | None:
+    """Engine timestamps (RFC 3339 with nanoseconds) as epoch seconds."""
+    if not value or value.startswith("0001-"):
+        return None
+    from datetime import datetime  # noqa: PLC0415
+
+    text = value.rstrip("Z")
+    main, _, frac = text.partition(".")
+    try:
+        stamp = datetime.fromisoformat(main + "+00:00").timestamp()
+    except ValueError:
+        return None
+    return stamp + (float("0." + frac[:6]) if frac else 0.0)
 
 
 def _read_from(path: Path, offset: int) -> bytes:

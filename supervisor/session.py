@@ -15,12 +15,13 @@ from pydantic import ValidationError
 
 from supervisor.errors import (
     LimitExceeded,
+    PolicyError,
     SessionEnded,
     SpecError,
     TaskNotFound,
 )
 from supervisor.eventlog import EventLog
-from supervisor.events import BaseEvent
+from supervisor.events import BaseEvent, parse_event
 from supervisor.events import SessionEnded as SessionEndedEvent
 from supervisor.ids import new_task_id
 from supervisor.models import Kind, OutputSlice, PatternMatch, TaskInfo, TaskSpec
@@ -144,16 +145,7 @@ class Session:
             workspace=workspace,
             aliases=[task_id] if network != "none" else None,
         )
-        ctx = RunnerContext(
-            backend=sup.backend,
-            io=sup.io,
-            emit=self._log.emit,
-            persist=self._persist_task,
-            watch=sup.stall_watcher,
-            prepare_network=prepare,
-            check_runtime=sup.check_runtime,
-            check_image=sup.check_image,
-        )
+        ctx = self._context(prepare)
         runner = TaskRunner(
             ctx,
             task_id=task_id,
@@ -163,11 +155,77 @@ class Session:
             request=request,
             output_path=output_path,
         )
+        # The intent record comes first: a crash between now and the container's creation is
+        # recognised on restart. A state volume that cannot take it refuses the task.
+        await sup.check_state_space()
+        await self._persist_task("intent", runner.record("intent"))
         self._runners[task_id] = runner
         task = asyncio.create_task(runner.run(), name=f"task-{task_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return runner.info()
+
+    def _context(self, prepare: Any = None) -> RunnerContext:
+        sup = self._sup
+        return RunnerContext(
+            backend=sup.backend,
+            io=sup.io,
+            emit=self._log.emit,
+            persist=self._persist_task,
+            watch=sup.stall_watcher,
+            prepare_network=prepare,
+            check_runtime=sup.check_runtime,
+            check_image=sup.check_image,
+            task_events=self._task_events,
+            find_container=sup.find_container,
+            extra={"live_restore": sup.live_restore},
+        )
+
+    async def _task_events(self, task_id: str, types: tuple[str, ...]) -> list[BaseEvent]:
+        await self._log.flushed()
+        rows = await self._sup.store.task_events(self.session_id, task_id, types)
+        return [parse_event(r) for r in rows]
+
+    def restore_task(self, record: TaskRecord) -> TaskRunner:
+        """Rebuild one task from its stored record (after a restart); resume it if it was
+        not finished."""
+        sup = self._sup
+        policy = record.policy
+        eff = resolve(record.spec, policy)
+        workspace = None
+        with contextlib.suppress(PolicyError):
+            workspace = workspace_mount(policy, sup.workspace_roots)
+        task_id = record.info.task_id
+        network = self.network_name if policy.network == "bridge" else "none"
+        request = container_request(
+            name=f"sbx-{task_id}",
+            command=record.spec.command,
+            eff=eff,
+            labels=sup.container_labels(
+                session_id=self.session_id,
+                task_id=task_id,
+                kind=record.spec.kind,
+                policy=policy.name,
+                timeout_ms=eff.timeout_ms,
+            ),
+            network=network,
+            workspace=workspace,
+            aliases=[task_id] if network != "none" else None,
+        )
+        prepare = self._prepare_network if policy.network == "bridge" else None
+        runner = TaskRunner.from_record(
+            self._context(prepare),
+            record,
+            eff=eff,
+            request=request,
+            output_path=self.dir / "tasks" / f"{task_id}.output",
+        )
+        self._runners[task_id] = runner
+        if not runner.ended:
+            task = asyncio.create_task(runner.resume(record.stage), name=f"task-{task_id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return runner
 
     async def _unique_task_id(self) -> str:
         while True:
@@ -188,15 +246,6 @@ class Session:
                 )
             )
         await asyncio.shield(self._network)
-
-    def adopt(self, runner: TaskRunner) -> None:
-        """Take over a runner rebuilt from the store after a restart."""
-        self._runners[runner.task_id] = runner
-
-    def spawn(self, runner: TaskRunner, coro: Any) -> None:
-        task = asyncio.create_task(coro, name=f"task-{runner.task_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def get(self, task_id: str) -> TaskInfo:
         """Current snapshot of one task."""

@@ -274,6 +274,20 @@ class StateStore:
         value = await self.get_meta(f"seq_pruned:{session_id}")
         return int(value or 0)
 
+    async def task_events(self, session_id: str, task_id: str, types: tuple[str, ...]) -> list[str]:
+        """Stored events of one task with one of ``types``, in seq order (JSON)."""
+
+        def q() -> list[str]:
+            marks = ",".join("?" for _ in types)
+            rows = self._c().execute(
+                f"SELECT data FROM events WHERE session_id=? AND task_id=? AND type IN ({marks}) "  # noqa: S608 - placeholders only
+                "ORDER BY seq",
+                (session_id, task_id, *types),
+            )
+            return [r[0] for r in rows]
+
+        return await self._run(q)
+
     async def get_cursor(self, session_id: str, consumer: str) -> int:
         def q() -> int:
             row = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
 import secrets
 import socket
@@ -18,6 +19,7 @@ from typing import Any
 import structlog
 
 from supervisor.backend.base import Backend
+from supervisor.doctor import PROBE_LABEL
 from supervisor.errors import (
     EngineUnavailable,
     ImageMissing,
@@ -67,17 +69,47 @@ def _pid_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def _lock_held(path: str) -> bool | None:
+    """Is the state-dir lock at ``path`` held by a live supervisor? (A shared probe: it never
+    blocks the owner for more than an instant, and the owner retries its lock briefly.)"""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
 def owner_alive(labels: dict[str, str]) -> bool | None:
-    """Is the supervisor that labeled a container still running? None when we cannot tell."""
+    """Is the supervisor that labeled a container still running? None when we cannot tell.
+
+    Owners are identified by their state dir (its lock is held while a supervisor runs on
+    it), so a restarted supervisor is recognised as the same, live owner."""
     boot = labels.get(LABEL_PREFIX + "owner.boot")
     host = labels.get(LABEL_PREFIX + "owner.host")
-    pid = labels.get(LABEL_PREFIX + "owner.pid")
-    start = labels.get(LABEL_PREFIX + "owner.pidstart")
-    if boot is None or pid is None:
+    if boot is None:
         return None
     if boot != _boot_id():
         # Same host name but another boot: the machine restarted, the owner is gone.
         return False if host == socket.gethostname() else None
+    lock = labels.get(LABEL_PREFIX + "owner.lock")
+    if lock:
+        return _lock_held(lock)
+    pid = labels.get(LABEL_PREFIX + "owner.pid")
+    start = labels.get(LABEL_PREFIX + "owner.pidstart")
+    if pid is None:
+        return None
     try:
         actual = _pid_start(int(pid))
     except ValueError:
@@ -142,6 +174,9 @@ class Supervisor:
         self._started = False
         self._closed = False
         self._owner_labels: dict[str, str] = {}
+        self._reconciler: asyncio.Task[None] | None = None
+        #: Whether the engine keeps containers running through its restarts (from the engine).
+        self.live_restore = True
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -181,6 +216,7 @@ class Supervisor:
             LABEL_PREFIX + "owner.boot": _boot_id(),
             LABEL_PREFIX + "owner.pid": str(os.getpid()),
             LABEL_PREFIX + "owner.pidstart": _pid_start(os.getpid()) or "",
+            LABEL_PREFIX + "owner.lock": str(self.state_dir.resolve() / "supervisor.lock"),
         }
         if self._backend is None:
             from supervisor.backend.docker import DockerBackend  # noqa: PLC0415 - optional dep
@@ -200,22 +236,32 @@ class Supervisor:
                 await self.aclose()
                 raise
             self._start_reconnect()
+        if self._engine_ok:
+            with contextlib.suppress(SupervisorError):
+                self.live_restore = await self._backend.live_restore()
+        await self._restore()
         if self._engine_ok and self.sweep_orphans:
             await self.sweep()
+        self._reconciler = asyncio.create_task(self._reconcile_loop(), name="reconcile")
         log.info("supervisor_started", instance_id=instance, state_dir=str(self.state_dir))
 
     def _lock_state_dir(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.state_dir / "supervisor.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise StateStorageError(
-                f"state dir {self.state_dir} is in use by another supervisor (pid {holder})"
-            ) from None
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        for attempt in range(50):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == 49:
+                    holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+                    os.close(fd)
+                    raise StateStorageError(
+                        f"state dir {self.state_dir} is in use by another supervisor (pid {holder})"
+                    ) from None
+                # Another supervisor may be probing whether we are alive: that takes an instant.
+                time.sleep(0.02)
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd
@@ -230,10 +276,11 @@ class Supervisor:
             await asyncio.gather(*(s.end() for s in sessions), return_exceptions=True)
         else:
             await asyncio.gather(*(s.release() for s in sessions), return_exceptions=True)
-        if self._reconnect is not None:
-            self._reconnect.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reconnect
+        for task in (self._reconnect, self._reconciler):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.stall_watcher is not None:
             await self.stall_watcher.aclose()
         if self._runsc_probe is not None and not self._runsc_probe.done():
@@ -351,9 +398,12 @@ class Supervisor:
     # -- labels and orphans ----------------------------------------------------------
 
     def container_labels(self, **fields: Any) -> dict[str, str]:
+        """Owner labels plus ``io.sbx.<field>`` (``session_id`` -> ``io.sbx.session``,
+        ``task_id`` -> ``io.sbx.task``, ``timeout_ms`` -> ``io.sbx.timeout-ms``)."""
         labels = dict(self._owner_labels)
         for key, value in fields.items():
-            labels[LABEL_PREFIX + key.replace("_", "-")] = "" if value is None else str(value)
+            name = key.removesuffix("_id").replace("_", "-")
+            labels[LABEL_PREFIX + name] = "" if value is None else str(value)
         return labels
 
     async def sweep(self) -> int:
@@ -365,6 +415,8 @@ class Supervisor:
         except EngineUnavailable:
             return 0
         for row in rows:
+            if PROBE_LABEL in row.labels:
+                continue
             owner = row.labels.get(LABEL_OWNER)
             if owner == self.instance_id:
                 if await self.adopt_or_reap(row.id, row.labels):
@@ -378,12 +430,75 @@ class Supervisor:
         return removed
 
     async def adopt_or_reap(self, container_id: str, labels: dict[str, str]) -> bool:
-        """A container of our own instance left by a previous run. Reaped for now."""
-        log.info("reaping_own_leftover", container=container_id[:12])
+        """A container of our own instance: kept when a task (restored from the store) owns
+        it, reaped when no record knows it (e.g. a crash between create and record)."""
+        task_id = labels.get(LABEL_PREFIX + "task", "")
+        for session in self._sessions.values():
+            if task_id in session._runners:
+                return False
+        log.info("reaping_unrecorded", container=container_id[:12], task_id=task_id)
         with contextlib.suppress(SupervisorError):
             await self.backend.remove(container_id)
             return True
         return False
+
+    async def find_container(self, task_id: str) -> str | None:
+        """Our container for ``task_id``, found by its labels (any state)."""
+        rows = await self.backend.list_labeled(f"{LABEL_PREFIX}task={task_id}")
+        for row in rows:
+            if row.labels.get(LABEL_OWNER) == self.instance_id:
+                return row.id
+        return None
+
+    async def _restore(self) -> None:
+        """Re-open the sessions that were open when the last supervisor on this state dir
+        stopped (or died) and re-adopt their tasks."""
+        from supervisor.runner import TaskRecord  # noqa: PLC0415 - avoid import cycle
+
+        for sid, _created, ended, data in await self.store.all_sessions():
+            if ended is not None:
+                continue
+            session = await self.open_session(sid)
+            try:
+                digests = json.loads(data or "{}").get("token_sha256", [])
+            except ValueError:
+                digests = []
+            session.token_digests = list(digests)
+            restored = 0
+            for task_id, _, stage, raw in await self.store.tasks(sid):
+                try:
+                    record = TaskRecord.model_validate_json(raw)
+                except ValueError as exc:
+                    log.warning("task_record_unreadable", task_id=task_id, error=str(exc))
+                    continue
+                session.restore_task(record)
+                restored += stage != "ended"
+            log.info("session_restored", session_id=sid, resumed_tasks=restored)
+
+    async def _reconcile_loop(self, every_s: float = 10.0) -> None:
+        """The engine's event stream drops events: periodically list our labeled containers
+        and reap any that no task owns."""
+        while not self._closed:
+            await asyncio.sleep(every_s)
+            if not self._engine_ok:
+                continue
+            try:
+                rows = await self.backend.list_labeled(f"{LABEL_OWNER}={self.instance_id}")
+            except SupervisorError:
+                continue
+            for row in rows:
+                await self.adopt_or_reap(row.id, row.labels)
+
+    async def check_state_space(self, minimum: int = 32 * 1024 * 1024) -> None:
+        """Refuse new work while the state volume is (nearly) full."""
+        loop = asyncio.get_running_loop()
+        stat = await loop.run_in_executor(self.io, os.statvfs, self.state_dir)
+        free = stat.f_bavail * stat.f_frsize
+        if free < minimum:
+            raise StateStorageError(
+                f"the state volume at {self.state_dir} is full ({free // 1024} KiB free); "
+                "new tasks are refused until space returns"
+            )
 
     # -- sessions --------------------------------------------------------------------
 

@@ -155,6 +155,10 @@ class Backend(Protocol):
         """Names of the OCI runtimes the engine knows."""
         ...
 
+    async def live_restore(self) -> bool:
+        """Whether containers keep running while the engine restarts."""
+        ...
+
     async def cpu_time_ns(self, container_id: str) -> int | None:
         """Total CPU time the container has used, or None when unknown."""
         ...

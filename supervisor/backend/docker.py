@@ -466,6 +466,10 @@ class DockerBackend:
         info = await self._call("info", "info")
         return set((info.get("Runtimes") or {}).keys())
 
+    async def live_restore(self) -> bool:
+        info = await self._call("info", "info")
+        return bool(info.get("LiveRestoreEnabled"))
+
     async def cpu_time_ns(self, container_id: str) -> int | None:
         try:
             stats = await self._call("stats", "stats", container_id, stream=False, one_shot=True)

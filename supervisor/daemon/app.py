@@ -5,7 +5,9 @@ runtime, and the ``Who`` alias is local to ``create_app``.
 """
 
 import base64
+import functools
 import json
+import math
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -14,7 +16,17 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from supervisor import __doc__ as _package_doc
@@ -42,6 +54,10 @@ from supervisor.session import Session, spec_error
 from supervisor.supervisor import Supervisor
 
 MAX_WAIT_S = 300.0
+#: Largest byte offset or seq a request may name (what a file offset / SQLite integer holds).
+MAX_OFFSET = 2**63 - 1
+#: Longest duration string accepted before range checks (keeps the arithmetic finite).
+_MAX_DURATION_S = 10.0**9
 NOTIFY_TYPES = frozenset(
     {
         "task.stopped",
@@ -77,7 +93,12 @@ def parse_duration(value: str | float | int, field_name: str) -> float:
     match = _DURATION.match(value)
     if not match:
         raise ValueError(f"{field_name}: {value!r} is not a duration (use 500ms, 30s, 5m or 1h)")
-    return float(match.group(1)) * _UNIT_MS[match.group(2)] / 1000
+    seconds = float(match.group(1)) * _UNIT_MS[match.group(2)] / 1000
+    # A long digit string parses to inf; int(inf) would escape as an OverflowError (a 500).
+    if not math.isfinite(seconds) or seconds > _MAX_DURATION_S:
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        raise ValueError(f"{field_name}: {shown!r} is far too long")
+    return seconds
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
@@ -107,6 +128,29 @@ class CreateSession(_Body):
     """1-64 letters, digits, ``_.-``; omitted: a random id."""
 
 
+#: Duration string field -> (TaskSpec field it stands for, seconds-to-unit factor).
+_DURATION_FIELDS: dict[str, tuple[str, int]] = {
+    "timeout": ("timeout_ms", 1000),
+    "poll_every": ("poll_every_s", 1),
+    "stall_after": ("stall_after_s", 1),
+    "idle_timeout": ("idle_timeout_ms", 1000),
+}
+
+
+@functools.cache
+def _spec_field(name: str) -> TypeAdapter[Any]:
+    """Validates one TaskSpec field on its own (its type and range)."""
+    annotation = TaskSpec.model_fields[name].annotation
+    assert annotation is not None
+    return TypeAdapter(annotation)
+
+
+def _converted(short: str, value: str) -> float | int:
+    long, factor = _DURATION_FIELDS[short]
+    number = parse_duration(value, short) * factor
+    return int(number) if long.endswith("_ms") else number
+
+
 class StartTask(TaskSpec):
     """A TaskSpec; durations may also be given as strings (``timeout: "10m"``)."""
 
@@ -120,6 +164,21 @@ class StartTask(TaskSpec):
     """Alternative to stall_after_s, e.g. ``3s``."""
     idle_timeout: str | None = None
     """Alternative to idle_timeout_ms, e.g. ``2m``."""
+
+    @field_validator("timeout", "poll_every", "stall_after", "idle_timeout")
+    @classmethod
+    def _duration(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Parse and range-check here, so a bad duration is a 422 naming this field."""
+        if value is None or info.field_name is None:
+            return value
+        long, _ = _DURATION_FIELDS[info.field_name]
+        number = _converted(info.field_name, value)
+        try:
+            _spec_field(long).validate_python(number)
+        except ValidationError as exc:
+            why = exc.errors()[0]["msg"]
+            raise ValueError(f"{value!r} is {number} as {long}: {why}") from None
+        return value
 
     @model_validator(mode="after")
     def _no_double(self) -> "StartTask":
@@ -138,14 +197,10 @@ class StartTask(TaskSpec):
         data = self.model_dump(
             exclude_unset=True, exclude={"timeout", "poll_every", "stall_after", "idle_timeout"}
         )
-        if self.timeout is not None:
-            data["timeout_ms"] = int(parse_duration(self.timeout, "timeout") * 1000)
-        if self.poll_every is not None:
-            data["poll_every_s"] = parse_duration(self.poll_every, "poll_every")
-        if self.stall_after is not None:
-            data["stall_after_s"] = parse_duration(self.stall_after, "stall_after")
-        if self.idle_timeout is not None:
-            data["idle_timeout_ms"] = int(parse_duration(self.idle_timeout, "idle_timeout") * 1000)
+        for short, (long, _) in _DURATION_FIELDS.items():
+            value = getattr(self, short)
+            if value is not None:
+                data[long] = _converted(short, value)
         return data
 
 
@@ -180,7 +235,7 @@ class WaitForBody(_Body):
     pattern: Annotated[str, Field(min_length=1, max_length=10_000)]
     """A regular expression searched in each output line."""
     timeout_s: Annotated[float, Field(gt=0, le=MAX_WAIT_S)] = 30.0
-    from_offset: Annotated[int, Field(ge=0)] = 0
+    from_offset: Annotated[int, Field(ge=0, le=MAX_OFFSET)] = 0
 
 
 class AckBody(_Body):
@@ -260,14 +315,33 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return JSONResponse(error_body(exc.code, str(exc)), status_code=exc.status, headers=headers)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Unknown routes answer exactly like admin-only routes refused to a session token
+        # (and like unknown ids), so a 404 says nothing about what exists.
+        if exc.status_code == 404:
+            return JSONResponse(error_body("not_found", "no such resource"), status_code=404)
+        code = "method_not_allowed" if exc.status_code == 405 else "http_error"
+        return JSONResponse(
+            error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        )
+
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI parses a JSON body before it resolves dependencies: without this, an
+        # unauthenticated request with a malformed body would learn 422 instead of 401.
+        if auth.check(_bearer(request.headers.get("authorization"))) is None:
+            return await _api_error(
+                request, ApiError(401, "unauthorized", "missing or invalid bearer token")
+            )
         fields = []
         parts = []
         for err in exc.errors():
             loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
             name = ".".join(loc) or "body"
-            msg = str(err.get("msg", "invalid"))
+            if err.get("type") == "json_invalid":
+                name = "body"  # its loc is a character position, not a field
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
             if err.get("type") == "extra_forbidden":
                 msg = "unknown field"
             fields.append({"field": name, "message": msg})
@@ -294,6 +368,13 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
         if not who.admin:
             # A session token must not learn whether other sessions exist.
             raise ApiError(404, "not_found", "no such resource")
+
+    async def admin(who: Who) -> Principal:
+        """A dependency, so the refusal comes before the body is validated (no 422 leak)."""
+        admin_only(who)
+        return who
+
+    Admin = Annotated[Principal, Depends(admin)]
 
     def session_of(session_id: str, who: Principal) -> Session:
         if not who.admin and who.session_id != session_id:
@@ -334,9 +415,8 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     # -- sessions -------------------------------------------------------------------------
 
     @app.post("/sessions", status_code=201, tags=["sessions"])
-    async def create_session(body: CreateSession, who: Who) -> dict[str, Any]:
+    async def create_session(body: CreateSession, who: Admin) -> dict[str, Any]:
         """Admin only: open a session (idempotent per id) and mint a token for it."""
-        admin_only(who)
         try:
             session = await sup.open_session(body.session_id)
         except ValueError as exc:
@@ -434,7 +514,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
         session_id: str,
         task_id: str,
         who: Who,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
         limit: Annotated[int, Query(ge=1, le=8 * 1024 * 1024)] = 65536,
         encoding: Literal["text", "base64", "raw"] = "text",
         wait_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0.0,
@@ -508,7 +588,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     async def events(
         session_id: str,
         who: Who,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
         wait_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0.0,
     ) -> dict[str, Any]:
@@ -525,7 +605,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     async def event_stream(
         session_id: str,
         who: Who,
-        after: Annotated[int | None, Query(ge=0)] = None,
+        after: Annotated[int | None, Query(ge=0, le=MAX_OFFSET)] = None,
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> StreamingResponse:
         """Server-sent events, ``id: <seq>``; reconnect with ``Last-Event-ID`` to resume."""
@@ -536,6 +616,11 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
                 cursor = int(last_event_id)
             except ValueError as exc:
                 raise ApiError(422, "invalid_request", "Last-Event-ID: not a seq") from exc
+            if not 0 <= cursor <= MAX_OFFSET:
+                # A negative cursor would replay a bogus retention gap starting below seq 1.
+                raise ApiError(
+                    422, "invalid_request", f"Last-Event-ID: {cursor} is not a seq (>= 0)"
+                )
 
         async def stream() -> AsyncIterator[bytes]:
             nonlocal cursor
@@ -575,7 +660,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     async def notifications(
         session_id: str,
         who: Who,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
         format: Literal["xml", "json"] = "xml",
         wait_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0.0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 500,

@@ -339,10 +339,28 @@ def test_many_lines_in_one_window_are_split_at_max_chunk_bytes() -> None:
     assert [(e.lines, e.ordinal) for e in outputs(events)] == [(3, 3), (3, 6), (3, 9), (1, 10)]
 
 
-def test_resume_at_continues_ordinals() -> None:
+def test_resume_continues_ordinals() -> None:
     ch = chunker(unlimited(0))
-    ch.resume_at(41)
+    ch.resume(ordinal=41, offset=1000, floor=41)
     assert [e.ordinal for e in outputs(ch.feed(b"a\nb\n", 0.0))] == [43]
+    assert ch.consumed == 1004
+
+
+def test_resume_replays_without_repeating_delivered_lines() -> None:
+    """After a crash the last checkpoint is older than the last delivered event: the lines
+    in between are fed again, and only the ones never delivered come out."""
+    data = b"".join(f"l{i}\n".encode() for i in range(1, 11))
+    first = chunker(unlimited(0))
+    delivered = outputs(first.feed(data[:12], 0.0))  # l1..l4 counted and delivered
+    assert delivered[-1].ordinal == 4
+    checkpoint = (2, len(b"l1\nl2\n"))  # an older checkpoint: 2 lines, 6 bytes
+    again = chunker(unlimited(0))
+    again.resume(ordinal=checkpoint[0], offset=checkpoint[1], floor=4)
+    events = outputs(again.feed(data[checkpoint[1] :], 1.0)) + outputs(again.flush_all())
+    lines = [line for e in events for line in e.text.split("\n")]
+    assert lines == [f"l{i}" for i in range(5, 11)]
+    assert events[0].ordinal - events[0].lines + 1 == 5
+    assert events[-1].ordinal == 10
 
 
 def test_empty_lines_count() -> None:
