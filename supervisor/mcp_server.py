@@ -16,7 +16,9 @@ No ``from __future__ import annotations``: the SDK builds the tools' input schem
 signatures of the tool functions, defined inside ``build_server``.
 """
 
+import base64
 import codecs
+import contextlib
 import os
 import re
 import secrets
@@ -148,31 +150,26 @@ WaitTimeout = Annotated[
     int,
     Field(ge=1, le=600_000, description="How long to wait, in milliseconds (max 600000)."),
 ]
+# Optional arguments: the description sits on the outer type so that it is a top-level
+# key of the property's schema (next to anyOf), where clients and models look for it.
 Offset = Annotated[
-    int,
+    Annotated[int, Field(ge=0)] | None,
     Field(
-        ge=0,
-        description="Byte offset in the output file to read from (0 = start; pass the "
-        "next_offset of the previous call to read on).",
+        description="Byte offset in the output file to read from (default 0 = the start; pass "
+        "the next_offset of the previous call to read on). Not together with tail.",
     ),
 ]
 TailChars = Annotated[
-    int,
-    Field(ge=1, le=MAX_OUTPUT_CHARS, description="Return only the last N characters."),
+    Annotated[int, Field(ge=1, le=MAX_OUTPUT_CHARS)] | None,
+    Field(description="Return only the last N characters (max 30000). Not together with offset."),
 ]
 LineFilter = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=10_000,
-        description="Regular expression (Python syntax); only lines matching it are returned.",
-    ),
+    Annotated[str, Field(min_length=1, max_length=10_000)] | None,
+    Field(description="Regular expression (Python syntax); only lines matching it are returned."),
 ]
 Pattern = Annotated[
-    str,
+    Annotated[str, Field(min_length=1, max_length=10_000)] | None,
     Field(
-        min_length=1,
-        max_length=10_000,
         description="Regular expression (Python syntax) searched in each output line; lines "
         "printed before the call count too. Omit to wait for the task to end.",
     ),
@@ -323,7 +320,9 @@ class SessionBridge:
                     held_back = sum(
                         1
                         for later in body["notifications"]
-                        if later["seq"] >= item["seq"] and later.get("xml")
+                        if later["seq"] >= item["seq"]
+                        and later.get("xml")
+                        and later.get("task_id") not in self.foreground
                     )
                     ack = last_seq
                     break
@@ -404,7 +403,11 @@ class SessionBridge:
                 final = await self._stop_quietly(task_id) or final
         except BaseException:
             # Cancelled by the client (or the daemon went away): do not leave it running.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(30),
+                contextlib.suppress(Exception),
+            ):
                 await self._stop_quietly(task_id)
             raise
         if final["status"] == "failed" and final.get("reason") is None:
@@ -438,10 +441,13 @@ class SessionBridge:
         head_raw = await self.client.output(
             self.session_id, task_id, limit=HEAD_CHARS, encoding="base64"
         )
-        import base64  # noqa: PLC0415
-
         head, _ = _decode(base64.b64decode(head_raw["data_b64"]), final=False)
         tail = await self.client.tail(self.session_id, task_id, MAX_OUTPUT_CHARS - HEAD_CHARS)
+        # Cut at line boundaries so neither part starts or ends with half a line.
+        if "\n" in head:
+            head = head[: head.rindex("\n")]
+        if "\n" in tail.rstrip("\n"):
+            tail = tail[tail.index("\n") + 1 :]
         return (
             f"{head}\n\n[... output truncated: {total} bytes in all; the middle is left out. "
             f"Full output: {final['output_path']} (or task_output task_id={task_id} "
@@ -469,14 +475,12 @@ class SessionBridge:
             where = f"last {len(text)} characters; next_offset: {next_offset}"
         else:
             start = offset or 0
-            import base64  # noqa: PLC0415
-
             raw = await self.client.output(
                 self.session_id, task_id, offset=start, limit=READ_BYTES, encoding="base64"
             )
             data = base64.b64decode(raw["data_b64"])
             eof = bool(raw["eof"])
-            text, used = _decode(data, final=eof or len(data) < 4)
+            text, used = _decode(data, final=eof)
             next_offset = start + used
             more = (
                 "no (the task has ended)"
@@ -693,9 +697,9 @@ def build_server(bridge: SessionBridge) -> MCPServer:
     async def task_output(
         ctx: Context,
         task_id: TaskId,
-        offset: Offset | None = None,
-        tail: TailChars | None = None,
-        filter: LineFilter | None = None,
+        offset: Offset = None,
+        tail: TailChars = None,
+        filter: LineFilter = None,
     ) -> types.CallToolResult:
         return await bridge.run_tool(ctx, lambda: bridge.task_output(task_id, offset, tail, filter))
 
@@ -746,7 +750,7 @@ def build_server(bridge: SessionBridge) -> MCPServer:
     async def task_wait(
         ctx: Context,
         task_id: TaskId,
-        pattern: Pattern | None = None,
+        pattern: Pattern = None,
         timeout: WaitTimeout = 30_000,
         offset: Annotated[
             int,
