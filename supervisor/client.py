@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -307,7 +308,7 @@ async def ensure_daemon(
     state_dir: Path | None = None, *, quiet: bool = False, wait_s: float = 30.0
 ) -> SbxClient:
     """A client for the local daemon, starting ``sbx serve`` in the background if none
-    answers (and saying so on stderr)."""
+    answers (and saying so on stderr). ``$SBX_DAEMON_ARGS`` adds options to that command."""
     client = SbxClient.for_state_dir(state_dir)
     if os.environ.get("SBX_URL"):
         return client
@@ -320,6 +321,8 @@ async def ensure_daemon(
     log_path = state / "daemon" / "daemon.log"
     log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     cmd = [sys.executable, "-m", "supervisor.cli.main", "serve", "--state-dir", str(state)]
+    # Extra `sbx serve` options for daemons started this way (e.g. --stop-tasks-on-exit).
+    cmd += shlex.split(os.environ.get("SBX_DAEMON_ARGS", ""))
     proc = await asyncio.to_thread(_spawn, cmd, log_path)
     if not quiet:
         sys.stderr.write(

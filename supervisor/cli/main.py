@@ -12,7 +12,9 @@ from supervisor.cli.common import HelpFormatter
 #: Subcommand modules, in help order. Each has ``register(subparsers)`` which sets
 #: ``func(args) -> int`` on its parser(s).
 _MODULES = (
+    "supervisor.cli.run",
     "supervisor.cli.tasks",
+    "supervisor.cli.sessions",
     "supervisor.cli.serve",
     "supervisor.cli.mcp",
     "supervisor.cli.policies",
@@ -23,6 +25,8 @@ _MODULES = (
 
 EPILOG = """\
 examples:
+  sbx run -- make test       run a command in a sandbox, stream its output
+  sbx run --bg -- npm start  in the background; then sbx ps, logs -f, stop
   sbx doctor                 check the engine, runtimes and images
   sbx images build           build the sandbox images (offline)
   sbx demo                   run a background command in a sandbox and watch it
