@@ -176,6 +176,8 @@ class TaskInfo(_Frozen):
     """Bytes of command output written to the output file."""
     dropped_bytes: int = 0
     """Bytes of output dropped after the output cap was reached."""
+    gap_bytes: int = 0
+    """Bytes of output that could not be stored (full disk); marked in the file."""
     stalled: bool = False
     """True while the task appears to be waiting for input."""
 

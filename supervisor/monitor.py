@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from supervisor.events import BaseEvent, TaskOutput, TaskOutputSuppressed
 from supervisor.policy import Monitor
 
@@ -67,6 +69,13 @@ class LineChunker:
         self._suppressed_first = 0
         self._fed = 0
         self._floor = 0
+        #: Stream offset just after the last counted line (or piece).
+        self._counted = 0
+        self._batch_end = 0
+        self._suppressed_end = 0
+        #: (ordinal, stream offset) of each event returned, in order: a restart that resumes
+        #: from such a mark re-counts the same lines with the same ordinals.
+        self.marks: deque[tuple[int, int]] = deque()
 
     @property
     def consumed(self) -> int:
@@ -78,6 +87,7 @@ class LineChunker:
         for lines up to ``floor`` were already delivered and are not sent again."""
         self.ordinal = ordinal
         self._fed = offset
+        self._counted = offset
         self._floor = floor
 
     # -- feeding -------------------------------------------------------------------
@@ -123,11 +133,13 @@ class LineChunker:
 
     def _one(self, segment: bytes, eol: bool, now: float, out: list[BaseEvent]) -> None:
         self.ordinal += 1
+        self._counted += len(segment) + (1 if eol else 0)
         if not self._bucket.take(now):
             if self._suppressed == 0:
                 out.extend(self._emit_batch(now))  # keep order: lines before the gap first
                 self._suppressed_first = self.ordinal
             self._suppressed += 1
+            self._suppressed_end = self._counted
             return
         if self._suppressed:
             self._append(out, self._suppression())
@@ -139,6 +151,7 @@ class LineChunker:
         self._batch.append(segment)
         self._batch_bytes += size
         self._batch_ordinal = self.ordinal
+        self._batch_end = self._counted
         if not eol:
             # A cut piece ends its chunk; the next chunk continues the line.
             out.extend(self._emit_batch(now, eol=False, cut=True))
@@ -157,6 +170,7 @@ class LineChunker:
                 self._batch_started = None
                 return []
         text = b"\n".join(self._batch).decode("utf-8", "replace")
+        self.marks.append((self._batch_ordinal, self._batch_end))
         ev = TaskOutput(
             session_id=self.session_id,
             task_id=self.task_id,
@@ -179,6 +193,7 @@ class LineChunker:
         first = max(self._suppressed_first, self._floor + 1)
         self._suppressed -= first - self._suppressed_first
         self._suppressed_first = first
+        self.marks.append((first + self._suppressed - 1, self._suppressed_end))
         ev = TaskOutputSuppressed(
             session_id=self.session_id,
             task_id=self.task_id,
@@ -227,11 +242,13 @@ class LineChunker:
             line = bytes(self._partial)
             self._partial.clear()
             self.ordinal += 1
+            self._counted += len(line)
             if self._batch and self._batch_bytes + len(line) + 1 > self.cfg.max_chunk_bytes:
                 out.extend(self._emit_batch(now))
             self._batch.append(line)
             self._batch_bytes += len(line) + 1
             self._batch_ordinal = self.ordinal
+            self._batch_end = self._counted
             out.extend(self._emit_batch(now, eol=False))
         else:
             out.extend(self._emit_batch(now))

@@ -67,36 +67,40 @@ class OutputFile:
         self.file_size = size
         self.task_bytes = task_bytes
 
-    def _write_all(self, data: bytes) -> int:
+    def _write_all(self, data: bytes) -> tuple[int, OSError | None]:
+        """Write everything, or as much as fits: (bytes written, the error that stopped it)."""
         assert self._fd is not None
         view = memoryview(data)
         total = 0
         while total < len(view):
-            total += os.write(self._fd, view[total:])
-        return total
-
-    async def _write(self, data: bytes) -> bool:
-        """Write; on a full disk count the bytes as a gap instead of failing the task."""
-        if self._pending_gap:
             try:
-                await self._run(self._write_all, gap_marker(self._pending_gap, "disk full"))
-                self._pending_gap = 0
+                total += os.write(self._fd, view[total:])
             except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise
+                return total, exc
+        return total, None
+
+    async def _write_some(self, data: bytes) -> int:
+        written, error = await self._run(self._write_all, data)
+        self.file_size += written
+        if error is not None and error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise error
+        return written
+
+    async def _write(self, data: bytes) -> int:
+        """Write; on a full disk the bytes that did not fit become a gap (counted, and
+        marked in the file once space returns) instead of failing the task."""
+        if self._pending_gap:
+            marker = gap_marker(self._pending_gap, "the disk was full")
+            if await self._write_some(marker) < len(marker):
                 self._pending_gap += len(data)
                 self.gap_bytes += len(data)
-                return False
-        try:
-            written = await self._run(self._write_all, data)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            self._pending_gap += len(data)
-            self.gap_bytes += len(data)
-            return False
-        self.file_size += written
-        return True
+                return 0
+            self._pending_gap = 0
+        written = await self._write_some(data)
+        if written < len(data):
+            self._pending_gap += len(data) - written
+            self.gap_bytes += len(data) - written
+        return written
 
     async def append(self, data: bytes) -> None:
         """Append command output, enforcing the cap."""
@@ -110,13 +114,11 @@ class OutputFile:
             return
         if len(data) > room:
             keep, rest = data[:room], data[room:]
-            if await self._write(keep):
-                self.task_bytes += len(keep)
+            self.task_bytes += await self._write(keep)
             await self._write(cap_marker(self.cap))
             self.dropped += len(rest)
             return
-        if await self._write(data):
-            self.task_bytes += len(data)
+        self.task_bytes += await self._write(data)
 
     async def note_gap(self, nbytes: int, why: str) -> None:
         """Record output that is known to be missing (e.g. rotated away by the engine)."""
@@ -134,7 +136,7 @@ class OutputFile:
         if self.dropped:
             await self._write(dropped_marker(self.dropped))
         if self._pending_gap:
-            await self._write(b"")
+            await self._write(b"")  # writes the gap marker if space came back
         fd, self._fd = self._fd, None
         await self._run(os.close, fd)
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import re
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -105,6 +106,8 @@ class RunnerContext:
     on_done: Callable[[TaskRunner], None] | None = None
     task_events: Callable[[str, tuple[str, ...]], Any] | None = None
     """Coroutine: stored events of a task with the given types (used when re-adopting)."""
+    stored_seq: Callable[[], int] | None = None
+    """The highest seq of this session known to be in the store."""
     find_container: Callable[[str], Any] | None = None
     """Coroutine: the id of our container labeled with this task id, if any."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -162,6 +165,8 @@ class TaskRunner:
         self._last_checkpoint = 0.0
         self._skip = {1: 0, 2: 0}
         self._fixed_running_ms: int | None = None
+        #: (seq, ordinal, stream offset) of monitor events not yet known to be stored.
+        self._monitor_marks: deque[tuple[int, int, int]] = deque()
         self._engine_outage = False
         #: Whether the engine keeps containers running through its own restarts.
         self._live_restore = bool(ctx.extra.get("live_restore", True))
@@ -206,6 +211,7 @@ class TaskRunner:
             container_id=self.container_id[:12] if self.container_id and not o else None,
             output_bytes=self._out.task_bytes,
             dropped_bytes=self._out.dropped,
+            gap_bytes=self._out.gap_bytes,
             stalled=self.stalled,
         )
 
@@ -213,9 +219,13 @@ class TaskRunner:
         self.capture.task_bytes = self._out.task_bytes
         self.capture.dropped = self._out.dropped
         self.capture.file_size = self._out.file_size
-        if self._chunker is not None:
-            self.capture.monitor_ordinal = self._chunker.ordinal
-            self.capture.monitor_offset = self._chunker.consumed
+        if self._chunker is not None and self.ctx.stored_seq is not None:
+            # Resume point: the last monitor event that is durably stored, so a restart
+            # re-counts from there and re-sends exactly what never reached the store.
+            stored = self.ctx.stored_seq()
+            marks = self._monitor_marks
+            while marks and marks[0][0] <= stored:
+                _, self.capture.monitor_ordinal, self.capture.monitor_offset = marks.popleft()
         return TaskRecord(
             spec=self.spec,
             stage=stage,
@@ -583,8 +593,10 @@ class TaskRunner:
     # -- monitor batching ----------------------------------------------------------
 
     def _emit_monitor(self, events: list[BaseEvent]) -> None:
+        assert self._chunker is not None
         for ev in events:
-            self.ctx.emit(ev)
+            logged = self.ctx.emit(ev)
+            self._monitor_marks.append((logged.seq, *self._chunker.marks.popleft()))
 
     def _schedule_monitor_flush(self) -> None:
         assert self._chunker is not None
@@ -673,7 +685,33 @@ class TaskRunner:
             self.log.warning("task_failed", error_code=exc.code, error=str(exc))
             await self._conclude(outcome)
 
-    async def _conclude(self, outcome: Outcome, detail: str | None = None) -> None:
+    async def abandon(self, detail: str) -> None:
+        """Give the task its terminal event now (``lost``) without waiting for the engine;
+        keep trying to kill and remove the container in the background."""
+        outcome = self.lc.finish_lost(detail)
+        if outcome is not None:
+            await self._conclude(outcome, detail=detail, remove=False)
+        self._done.set()
+        if self.container_id is not None:
+            self._aux.append(asyncio.create_task(self._reap_when_back()))
+
+    async def _reap_when_back(self) -> None:
+        cid = self.container_id
+        assert cid is not None
+        delay = 1.0
+        while True:
+            try:
+                await self.ctx.backend.kill(cid, "SIGKILL")
+                await self.ctx.backend.remove(cid)
+                self.log.info("abandoned_container_removed")
+                return
+            except SupervisorError:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    async def _conclude(
+        self, outcome: Outcome, detail: str | None = None, *, remove: bool = True
+    ) -> None:
         """Emit the one terminal event, persist, remove the container. Survives cancellation."""
         self.ended_at = time.time()
         if self._ended_mono is None:
@@ -717,7 +755,8 @@ class TaskRunner:
         )
         self._final.set()
         await self._persist("ended")
-        await asyncio.shield(self._remove())
+        if remove:
+            await asyncio.shield(self._remove())
         self._done.set()
 
     async def _remove(self) -> None:
@@ -735,14 +774,15 @@ class TaskRunner:
     async def _release(self) -> None:
         """Drop our side (stream, timers, file) without touching the container."""
         self._stop_watchers()
+        for task in self._aux:
+            task.cancel()
         if self._stream is not None:
             with contextlib.suppress(Exception):
                 await self._stream.aclose()
         with contextlib.suppress(Exception):
             await self._out.close()
         with contextlib.suppress(Exception):
-            stage = "running" if self.lc.started else ("created" if self.container_id else "intent")
-            await asyncio.shield(self._persist(stage))
+            await asyncio.shield(self._persist(self._stage()))
 
     # -- re-adoption after a restart ------------------------------------------------
 

@@ -177,6 +177,7 @@ class Session:
             check_runtime=sup.check_runtime,
             check_image=sup.check_image,
             task_events=self._task_events,
+            stored_seq=lambda: self._log.last_seq,
             find_container=sup.find_container,
             extra={"live_restore": sup.live_restore},
         )
@@ -339,7 +340,20 @@ class Session:
         stopping = [r for r in self._runners.values() if not r.ended]
         for runner in stopping:
             runner.request_stop("session_ended")
-        await asyncio.gather(*(r.done.wait() for r in self._runners.values()))
+        waiting = [asyncio.ensure_future(r.done.wait()) for r in self._runners.values()]
+        if waiting:
+            grace = max((r.eff.grace_s for r in stopping), default=0.0)
+            _, late = await asyncio.wait(waiting, timeout=grace + self._sup.end_timeout_s)
+            for w in late:
+                w.cancel()
+        for runner in self._runners.values():
+            if not runner.done.is_set():
+                # The engine does not answer: the session still ends now; the container is
+                # removed in the background once the engine is back (or reaped later).
+                await runner.abandon(
+                    "the engine did not answer while the session ended; the container is "
+                    "removed once the engine is back"
+                )
         if self._network is not None:
             with contextlib.suppress(Exception):
                 await self._network

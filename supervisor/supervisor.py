@@ -69,9 +69,11 @@ def _pid_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def _lock_held(path: str) -> bool | None:
-    """Is the state-dir lock at ``path`` held by a live supervisor? (A shared probe: it never
-    blocks the owner for more than an instant, and the owner retries its lock briefly.)"""
+def _lock_state(path: str, grace_s: float) -> bool | None:
+    """Owner state from its state-dir lock: True (held: alive), False (gone for good: no
+    lock file, or not held and untouched for ``grace_s``), None (not held but recently alive:
+    it may be restarting and will re-adopt its containers). The probe takes a shared lock for
+    an instant; an owner starting at that moment retries its own lock."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -86,16 +88,18 @@ def _lock_held(path: str) -> bool | None:
         return None
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
+        age = time.time() - os.fstat(fd).st_mtime
+        return False if age > grace_s else None
     finally:
         os.close(fd)
 
 
-def owner_alive(labels: dict[str, str]) -> bool | None:
+def owner_alive(labels: dict[str, str], grace_s: float = 600.0) -> bool | None:
     """Is the supervisor that labeled a container still running? None when we cannot tell.
 
     Owners are identified by their state dir (its lock is held while a supervisor runs on
-    it), so a restarted supervisor is recognised as the same, live owner."""
+    it, and touched as a heartbeat), so a restarted supervisor is the same, live owner; a
+    dead owner's containers are left to it for ``grace_s`` before anyone else reaps them."""
     boot = labels.get(LABEL_PREFIX + "owner.boot")
     host = labels.get(LABEL_PREFIX + "owner.host")
     if boot is None:
@@ -105,7 +109,7 @@ def owner_alive(labels: dict[str, str]) -> bool | None:
         return False if host == socket.gethostname() else None
     lock = labels.get(LABEL_PREFIX + "owner.lock")
     if lock:
-        return _lock_held(lock)
+        return _lock_state(lock, grace_s)
     pid = labels.get(LABEL_PREFIX + "owner.pid")
     start = labels.get(LABEL_PREFIX + "owner.pidstart")
     if pid is None:
@@ -141,6 +145,9 @@ class Supervisor:
         sink_max_lag: int = 10_000,
         require_engine: bool = True,
         sweep_orphans: bool = True,
+        orphan_grace_s: float = 600.0,
+        end_timeout_s: float = 30.0,
+        min_free_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
         pdir = Path(policies_dir) if policies_dir is not None else default_policies_dir()
@@ -157,6 +164,9 @@ class Supervisor:
         self.sink_max_lag = sink_max_lag
         self.require_engine = require_engine
         self.sweep_orphans = sweep_orphans
+        self.orphan_grace_s = orphan_grace_s
+        self.end_timeout_s = end_timeout_s
+        self.min_free_bytes = min_free_bytes
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sbx-io")
         self.store = StateStore(self.state_dir / "state.db")
         self.instance_id = ""
@@ -274,6 +284,8 @@ class Supervisor:
         sessions = list(self._sessions.values())
         if self.stop_tasks_on_close:
             await asyncio.gather(*(s.end() for s in sessions), return_exceptions=True)
+            # Anything still waiting on an unreachable engine is let go (reaped later).
+            await asyncio.gather(*(s.release() for s in sessions), return_exceptions=True)
         else:
             await asyncio.gather(*(s.release() for s in sessions), return_exceptions=True)
         for task in (self._reconnect, self._reconciler):
@@ -328,20 +340,20 @@ class Supervisor:
             return
 
     async def ensure_engine(self) -> None:
-        """Fail fast with EngineUnavailable when the engine is known (or found) to be down."""
+        """Fail fast with EngineUnavailable when the engine does not answer (a sub-millisecond
+        ``/_ping`` on its own connection, bounded at 2 s)."""
         loop = asyncio.get_running_loop()
-        if self._engine_ok and loop.time() - self._engine_checked < 5.0:
+        if await self.backend.alive():
+            if not self._engine_ok:
+                self._engine_ok = True
+                log.info("engine_back")
+            self._engine_checked = loop.time()
             return
-        try:
-            self._engine_info = await asyncio.wait_for(self.backend.ping(), 3)
-        except (EngineUnavailable, TimeoutError) as exc:
-            self.mark_engine_down(str(exc))
-            raise EngineUnavailable(
-                "the Docker engine does not answer; start it with `make engine` "
-                "(or point DOCKER_HOST at one)"
-            ) from exc
-        self._engine_ok = True
-        self._engine_checked = loop.time()
+        self.mark_engine_down("ping failed")
+        raise EngineUnavailable(
+            "the Docker engine does not answer; start it with `make engine` "
+            "(or point DOCKER_HOST at one)"
+        )
 
     async def runtimes(self) -> set[str]:
         loop = asyncio.get_running_loop()
@@ -422,7 +434,7 @@ class Supervisor:
                 if await self.adopt_or_reap(row.id, row.labels):
                     removed += 1
                 continue
-            if owner_alive(row.labels) is False:
+            if owner_alive(row.labels, self.orphan_grace_s) is False:
                 log.info("reaping_orphan", container=row.id[:12], owner=owner)
                 with contextlib.suppress(SupervisorError):
                     await self.backend.remove(row.id)
@@ -477,9 +489,12 @@ class Supervisor:
 
     async def _reconcile_loop(self, every_s: float = 10.0) -> None:
         """The engine's event stream drops events: periodically list our labeled containers
-        and reap any that no task owns."""
+        and reap any that no task owns; now and then, sweep other owners' orphans too."""
+        ticks = 0
         while not self._closed:
             await asyncio.sleep(every_s)
+            ticks += 1
+            await asyncio.get_running_loop().run_in_executor(self.io, self._heartbeat)
             if not self._engine_ok:
                 continue
             try:
@@ -488,13 +503,20 @@ class Supervisor:
                 continue
             for row in rows:
                 await self.adopt_or_reap(row.id, row.labels)
+            if self.sweep_orphans and ticks % 6 == 0:
+                await self.sweep()
 
-    async def check_state_space(self, minimum: int = 32 * 1024 * 1024) -> None:
-        """Refuse new work while the state volume is (nearly) full."""
+    def _heartbeat(self) -> None:
+        """Touch the lock: other supervisors see we were alive just now (see owner_alive)."""
+        with contextlib.suppress(OSError):
+            os.utime(self.state_dir / "supervisor.lock")
+
+    async def check_state_space(self) -> None:
+        """Refuse new work while the state volume is (nearly) full (``min_free_bytes``)."""
         loop = asyncio.get_running_loop()
         stat = await loop.run_in_executor(self.io, os.statvfs, self.state_dir)
         free = stat.f_bavail * stat.f_frsize
-        if free < minimum:
+        if free < self.min_free_bytes:
             raise StateStorageError(
                 f"the state volume at {self.state_dir} is full ({free // 1024} KiB free); "
                 "new tasks are refused until space returns"

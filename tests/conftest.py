@@ -118,7 +118,7 @@ async def sup(state_dir: Path, policies_dir: Path) -> AsyncIterator[object]:
         yield supervisor
 
 
-def test_label() -> dict[str, str]:
+def owned_label() -> dict[str, str]:
     """The label for containers a test creates without the Supervisor."""
     return {"io.sbx.test": str(os.getpid())}
 
@@ -128,7 +128,7 @@ def no_leftover_containers() -> Iterator[None]:
     """After the whole run, nothing this test process started may remain on the engine.
 
     Supervisor containers carry ``io.sbx.owner.pid``; containers a test creates directly
-    must carry ``io.sbx.test=<pid of the test process>`` (see ``test_label()``)."""
+    must carry ``io.sbx.test=<pid of the test process>`` (see ``owned_label()``)."""
     yield
     try:
         import docker  # noqa: PLC0415

@@ -115,6 +115,10 @@ class Backend(Protocol):
         """Engine version info; raises EngineUnavailable."""
         ...
 
+    async def alive(self) -> bool:
+        """A cheap liveness probe (no thread, no version negotiation)."""
+        ...
+
     async def create(self, request: ContainerRequest) -> str:
         """Create (not start) a container; return its id."""
         ...

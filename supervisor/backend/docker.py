@@ -358,6 +358,18 @@ class DockerBackend:
             "kernel": str(info.get("KernelVersion", "?")),
         }
 
+    async def alive(self) -> bool:
+        if self._client is None:
+            try:
+                await self._api()
+            except SupervisorError:
+                return False
+        try:
+            status, body = await self._raw("GET", "/_ping", timeout=2.0)
+        except (SupervisorError, TimeoutError, OSError):
+            return False
+        return status == 200 and body.strip() == b"OK"
+
     async def create(self, request: ContainerRequest) -> str:
         client = await self._api()
         config = request_to_config(request)

@@ -67,7 +67,11 @@ class Daemon:
 
 
 def start_daemon(
-    state_dir: Path, policies_dir: Path, *extra: str, stop_tasks_on_exit: bool = True
+    state_dir: Path,
+    policies_dir: Path,
+    *extra: str,
+    stop_tasks_on_exit: bool = True,
+    env_extra: dict[str, str] | None = None,
 ) -> Daemon:
     """Start ``sbx serve`` and wait until it answers (bounded)."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +84,8 @@ def start_daemon(
     }
     env.pop("SBX_URL", None)
     env.pop("SBX_TOKEN", None)
+    env.pop("SBX_TEST_CRASH_AT", None)
+    env.update(env_extra or {})
     args = [*SBX, "serve", "--state-dir", str(state_dir), "--policies-dir", str(policies_dir)]
     if stop_tasks_on_exit:
         args.append("--stop-tasks-on-exit")

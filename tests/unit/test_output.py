@@ -133,9 +133,9 @@ async def test_full_disk_becomes_a_gap_marker(
     real_write = OutputFile._write_all
     full = True
 
-    def write_all(self: OutputFile, data: bytes) -> int:
+    def write_all(self: OutputFile, data: bytes) -> tuple[int, OSError | None]:
         if full:
-            raise OSError(errno.ENOSPC, "No space left on device")
+            return 0, OSError(errno.ENOSPC, "No space left on device")
         return real_write(self, data)
 
     monkeypatch.setattr(OutputFile, "_write_all", write_all)
@@ -145,8 +145,29 @@ async def test_full_disk_becomes_a_gap_marker(
     full = False
     await out.append(b"after\n")
     await out.close()
-    assert path.read_bytes() == b"before\n" + gap_marker(14, "disk full") + b"after\n"
+    assert path.read_bytes() == b"before\n" + gap_marker(14, "the disk was full") + b"after\n"
     assert out.task_bytes == len(b"before\nafter\n")
+
+
+async def test_a_short_write_on_a_full_disk_keeps_what_fit(
+    tmp_path: Path, io: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.output"
+    out = await open_file(path, 1024, io)
+    real_write = OutputFile._write_all
+
+    def write_all(self: OutputFile, data: bytes) -> tuple[int, OSError | None]:
+        if data == b"0123456789":
+            written, _ = real_write(self, data[:4])
+            return written, OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, data)
+
+    monkeypatch.setattr(OutputFile, "_write_all", write_all)
+    await out.append(b"0123456789")
+    assert (out.task_bytes, out.gap_bytes) == (4, 6)
+    await out.append(b"ok\n")
+    await out.close()
+    assert path.read_bytes() == b"0123" + gap_marker(6, "the disk was full") + b"ok\n"
 
 
 # -- read_slice ------------------------------------------------------------------------------
