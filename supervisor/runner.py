@@ -151,6 +151,7 @@ class TaskRunner:
         self._done = asyncio.Event()
         self._exited = asyncio.Event()
         self._output_seen = asyncio.Event()
+        self._attached = asyncio.Event()
         self._stdin_open = eff.stdin == "pipe"
         self._timers: list[asyncio.TimerHandle] = []
         self._aux: list[asyncio.Task[Any]] = []
@@ -324,6 +325,7 @@ class TaskRunner:
             self._stream = await self.ctx.backend.attach(
                 self.container_id, stdin=self._stdin_open, logs=False
             )
+            self._attached.set()
             if self.lc.stop_reason is not None:
                 await self._finish_unstarted()
                 return
@@ -994,6 +996,10 @@ class TaskRunner:
     async def send_input(self, data: bytes, *, eof: bool = False) -> None:
         if self.lc.ended:
             raise TaskNotRunning(self.info(), f"task {self.task_id} has ended; it takes no input")
+        if self._stdin_open and self._stream is None and not self.lc.started:
+            # Still starting: the engine attaches stdin before the command runs; wait for it
+            # (what is written then is read by the command from its first read on).
+            await self._wait_attached(30.0)
         if not self._stdin_open or self._stream is None:
             raise StdinClosed(
                 f"task {self.task_id} has no open stdin "
@@ -1010,6 +1016,26 @@ class TaskRunner:
             raise StdinClosed(f"task {self.task_id}: stdin is closed ({exc})") from exc
         if self.ctx.watch is not None:
             self.ctx.watch.input_sent(self)
+
+    async def _wait_attached(self, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._stream is None and not self.lc.ended and loop.time() < deadline:
+            waiters = [
+                asyncio.ensure_future(self._attached.wait()),
+                asyncio.ensure_future(self._final.wait()),
+            ]
+            try:
+                await asyncio.wait(
+                    waiters, timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for w in waiters:
+                    w.cancel()
+        if self._stream is None and not self.lc.ended:
+            raise StdinClosed(
+                f"task {self.task_id} is still starting after {timeout_s:.0f} s; try again"
+            )
 
     async def wait_output(self, offset: int, timeout_s: float) -> None:
         """Return once the output file grows past ``offset``, the task ends, or time runs out."""

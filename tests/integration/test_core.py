@@ -372,3 +372,12 @@ async def test_slow_sink_never_blocks_capture(state_dir: Any, policies_dir: Any)
         assert all(e.type != "events.gap" for e in fast.events)
         seqs = [e.seq for e in fast.events]
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+
+
+async def test_input_sent_while_starting_reaches_the_command(sup: Supervisor) -> None:
+    session = await sup.open_session("early-input")
+    info = await session.start(TaskSpec(command="read x; echo got:$x", policy="fast"))
+    assert info.status == "starting"
+    await session.send_input(info.task_id, "early\n")
+    match = await session.wait_for(info.task_id, "^got:", timeout_s=30)
+    assert match.line == "got:early"
