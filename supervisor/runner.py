@@ -39,6 +39,7 @@ from supervisor.models import PatternMatch, TaskInfo, TaskSpec
 from supervisor.monitor import LineChunker
 from supervisor.output import OutputFile, read_range, read_tail, replayed_length
 from supervisor.policy import Policy
+from supervisor.pool import Pooled
 from supervisor.resolve import Effective
 
 log = structlog.get_logger("supervisor.runner")
@@ -126,8 +127,10 @@ class TaskRunner:
         eff: Effective,
         request: ContainerRequest,
         output_path: Path,
+        pooled: Pooled | None = None,
     ) -> None:
         self.ctx = ctx
+        self._pooled = pooled
         self.task_id = task_id
         self.session_id = session_id
         self.spec = spec
@@ -311,6 +314,9 @@ class TaskRunner:
 
     async def _run(self) -> None:
         await self._out.open()
+        if self._pooled is not None:
+            await self._run_pooled(self._pooled)
+            return
         try:
             if self.ctx.check_runtime is not None:
                 await self.ctx.check_runtime(self.eff.policy.runtime)
@@ -333,6 +339,28 @@ class TaskRunner:
             crash_point("after_start")
         except SupervisorError as exc:
             await self._finish_failed(exc)
+            return
+        await self._after_start()
+
+    async def _run_pooled(self, pooled: Pooled) -> None:
+        """A warm container: already started and attached, waiting for its command."""
+        self._pooled = None
+        self.container_id = pooled.container_id
+        self._stream = pooled.stream
+        self._attached.set()
+        if self.lc.stop_reason is not None:
+            await self._finish_unstarted()
+            return
+        await self._persist("created")
+        try:
+            await pooled.stream.write(pooled.payload(self.spec.command))
+            if self.eff.stdin == "closed":
+                self._stdin_open = False
+                await pooled.stream.close_stdin()
+        except (OSError, ConnectionError) as exc:
+            await self._finish_failed(
+                SupervisorError(f"the warm container did not take the command: {exc}")
+            )
             return
         await self._after_start()
 

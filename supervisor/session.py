@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pydantic import ValidationError
 
+from supervisor.backend.base import ContainerRequest
 from supervisor.errors import (
     LimitExceeded,
     PolicyError,
@@ -26,7 +27,9 @@ from supervisor.events import SessionEnded as SessionEndedEvent
 from supervisor.ids import new_task_id
 from supervisor.models import Kind, OutputSlice, PatternMatch, TaskInfo, TaskSpec
 from supervisor.output import read_slice, read_tail
-from supervisor.resolve import container_request, resolve, workspace_mount
+from supervisor.policy import Policy
+from supervisor.pool import WarmPool, eligible
+from supervisor.resolve import Effective, container_request, resolve, workspace_mount
 from supervisor.runner import RunnerContext, TaskRecord, TaskRunner
 from supervisor.sinks import Sink, SinkRunner
 
@@ -64,6 +67,7 @@ class Session:
         self._ended = False
         self._ending: asyncio.Task[None] | None = None
         self._network: asyncio.Task[None] | None = None
+        self._pools: dict[str, WarmPool] = {}
         #: Digests of the API tokens minted for this session (the daemon persists them).
         self.token_digests: list[str] = []
         self.log = log.bind(session_id=session_id)
@@ -120,31 +124,15 @@ class Session:
                 f"session {self.session_id!r} already runs {active} tasks under policy "
                 f"{policy.name!r} (session.max_running_tasks = {policy.session.max_running_tasks})"
             )
-        workspace = workspace_mount(policy, sup.workspace_roots)
         await sup.ensure_engine()
-        task_id = await self._unique_task_id()
+        pooled = None
+        if eligible(spec, policy):
+            pool = self._pool(policy)
+            pooled = pool.take()
+        task_id = pooled.task_id if pooled is not None else await self.unique_task_id()
+        request = self.build_request(task_id, spec.command, eff, spec.kind)
         output_path = self.dir / "tasks" / f"{task_id}.output"
-        network = "none"
-        prepare = None
-        if policy.network == "bridge":
-            network = self.network_name
-            prepare = self._prepare_network
-        labels = sup.container_labels(
-            session_id=self.session_id,
-            task_id=task_id,
-            kind=spec.kind,
-            policy=policy.name,
-            timeout_ms=eff.timeout_ms,
-        )
-        request = container_request(
-            name=f"sbx-{task_id}",
-            command=spec.command,
-            eff=eff,
-            labels=labels,
-            network=network,
-            workspace=workspace,
-            aliases=[task_id] if network != "none" else None,
-        )
+        prepare = self._prepare_network if policy.network == "bridge" else None
         ctx = self._context(prepare)
         runner = TaskRunner(
             ctx,
@@ -154,6 +142,7 @@ class Session:
             eff=eff,
             request=request,
             output_path=output_path,
+            pooled=pooled,
         )
         # The intent record comes first: a crash between now and the container's creation is
         # recognised on restart. A state volume that cannot take it refuses the task.
@@ -164,6 +153,65 @@ class Session:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return runner.info()
+
+    @property
+    def supervisor(self) -> Supervisor:
+        return self._sup
+
+    def owns(self, task_id: str) -> bool:
+        """Whether a container labeled with ``task_id`` belongs to this session (a task, or a
+        warm container waiting in a pool)."""
+        return task_id in self._runners or any(p.holds(task_id) for p in self._pools.values())
+
+    def active_count(self, policy_name: str) -> int:
+        """Tasks of this session under ``policy_name`` that have not ended."""
+        return sum(
+            1 for r in self._runners.values() if not r.ended and r.eff.policy.name == policy_name
+        )
+
+    def build_request(
+        self, task_id: str, command: str, eff: Effective, kind: str
+    ) -> ContainerRequest:
+        """The container for one task of this session, hardened as its policy says."""
+        sup = self._sup
+        policy = eff.policy
+        network = self.network_name if policy.network == "bridge" else "none"
+        return container_request(
+            name=f"sbx-{task_id}",
+            command=command,
+            eff=eff,
+            labels=sup.container_labels(
+                session_id=self.session_id,
+                task_id=task_id,
+                kind=kind,
+                policy=policy.name,
+                timeout_ms=eff.timeout_ms,
+            ),
+            network=network,
+            workspace=workspace_mount(policy, sup.workspace_roots),
+            aliases=[task_id] if network != "none" else None,
+        )
+
+    def _pool(self, policy: Policy) -> WarmPool:
+        pool = self._pools.get(policy.name)
+        if pool is None:
+            pool = self._pools[policy.name] = WarmPool(self, policy)
+        return pool
+
+    async def prewarm(self, policy_name: str = "default") -> int:
+        """Fill this session's warm pool for a policy now (its ``warm_pool`` size); returns
+        how many containers are ready. Tasks then skip container create and start."""
+        self._check_open()
+        policy = self._sup.policies.get(policy_name)
+        if policy.warm_pool <= 0:
+            raise PolicyError(
+                f"policy {policy_name!r} has warm_pool = 0; set warm_pool in its file to use a pool"
+            )
+        await self._sup.ensure_engine()
+        pool = self._pool(policy)
+        pool.refill()
+        await pool.wait_filled()
+        return pool.size
 
     def _context(self, prepare: Any = None) -> RunnerContext:
         sup = self._sup
@@ -190,29 +238,22 @@ class Session:
     def restore_task(self, record: TaskRecord) -> TaskRunner:
         """Rebuild one task from its stored record (after a restart); resume it if it was
         not finished."""
-        sup = self._sup
         policy = record.policy
         eff = resolve(record.spec, policy)
-        workspace = None
-        with contextlib.suppress(PolicyError):
-            workspace = workspace_mount(policy, sup.workspace_roots)
         task_id = record.info.task_id
-        network = self.network_name if policy.network == "bridge" else "none"
-        request = container_request(
-            name=f"sbx-{task_id}",
-            command=record.spec.command,
-            eff=eff,
-            labels=sup.container_labels(
-                session_id=self.session_id,
-                task_id=task_id,
-                kind=record.spec.kind,
-                policy=policy.name,
-                timeout_ms=eff.timeout_ms,
-            ),
-            network=network,
-            workspace=workspace,
-            aliases=[task_id] if network != "none" else None,
-        )
+        try:
+            request = self.build_request(task_id, record.spec.command, eff, record.spec.kind)
+        except PolicyError:
+            # The workspace root was removed from the config meanwhile: the container (if
+            # any) exists already; a re-create would be refused, which ends the task clearly.
+            request = container_request(
+                name=f"sbx-{task_id}",
+                command=record.spec.command,
+                eff=eff,
+                labels=self._sup.container_labels(session_id=self.session_id, task_id=task_id),
+                network="none",
+                workspace=None,
+            )
         prepare = self._prepare_network if policy.network == "bridge" else None
         runner = TaskRunner.from_record(
             self._context(prepare),
@@ -228,7 +269,7 @@ class Session:
             task.add_done_callback(self._tasks.discard)
         return runner
 
-    async def _unique_task_id(self) -> str:
+    async def unique_task_id(self) -> str:
         while True:
             task_id = new_task_id()
             if task_id not in self._runners and not await self._sup.store.task_exists(task_id):
@@ -337,6 +378,7 @@ class Session:
         await asyncio.shield(self._ending)
 
     async def _end(self) -> None:
+        await asyncio.gather(*(p.aclose() for p in self._pools.values()))
         stopping = [r for r in self._runners.values() if not r.ended]
         for runner in stopping:
             runner.request_stop("session_ended")
@@ -367,7 +409,9 @@ class Session:
         self._sup._forget(self)
 
     async def release(self) -> None:
-        """Supervisor shutdown without stopping tasks: let go of containers, keep records."""
+        """Supervisor shutdown without stopping tasks: let go of containers, keep records
+        (idle pool containers are removed: they are not tasks)."""
+        await asyncio.gather(*(p.aclose() for p in self._pools.values()))
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

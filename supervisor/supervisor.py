@@ -445,9 +445,8 @@ class Supervisor:
         """A container of our own instance: kept when a task (restored from the store) owns
         it, reaped when no record knows it (e.g. a crash between create and record)."""
         task_id = labels.get(LABEL_PREFIX + "task", "")
-        for session in self._sessions.values():
-            if task_id in session._runners:
-                return False
+        if any(session.owns(task_id) for session in self._sessions.values()):
+            return False
         log.info("reaping_unrecorded", container=container_id[:12], task_id=task_id)
         with contextlib.suppress(SupervisorError):
             await self.backend.remove(container_id)

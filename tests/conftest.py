@@ -36,6 +36,18 @@ size_mb = 8
 [timeouts]
 grace_s = 1.0
 """,
+    "warm": """
+description = "tests: minimal image with a warm pool of 2"
+image = "sbx/minimal:latest"
+working_dir = "/tmp"
+warm_pool = 2
+[timeouts]
+grace_s = 1.0
+[env]
+allow = ["*"]
+[session]
+max_running_tasks = 4
+""",
     "strict": """
 description = "tests: short maximum timeout, no persistent tasks"
 image = "sbx/minimal:latest"
