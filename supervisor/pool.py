@@ -112,7 +112,6 @@ class WarmPool:
             self._ready.append(pooled)
 
     async def _make(self) -> Pooled:
-        sup = self.session.supervisor
         task_id = await self.session.unique_task_id()
         self._making.add(task_id)
         try:
