@@ -29,8 +29,8 @@ engine-down: ## stop the dockerd that `make engine` started (never any other)
 images: venv engine ## build the sandbox images offline (only when their sources changed)
 	$(BIN)/sbx images build
 
-run: venv engine images ## the main job: start the supervisor on the embedded defaults
-	$(BIN)/sbx demo
+run: venv engine images ## the main job: the daemon in the foreground on the embedded defaults
+	$(BIN)/sbx serve --banner
 
 lint: venv ## ruff format --check + ruff check
 	$(BIN)/ruff format --check .

@@ -20,7 +20,6 @@ _MODULES = (
     "supervisor.cli.policies",
     "supervisor.cli.images",
     "supervisor.cli.doctor",
-    "supervisor.cli.walkthrough",
 )
 
 EPILOG = """\
@@ -29,7 +28,8 @@ examples:
   sbx run --bg -- npm start  in the background; then sbx ps, logs -f, stop
   sbx doctor                 check the engine, runtimes and images
   sbx images build           build the sandbox images (offline)
-  sbx demo                   run a background command in a sandbox and watch it
+  sbx serve --banner         run the daemon (what `make run` does) and say how to connect
+  sbx mcp                    an MCP server over stdio for agent clients
 """
 
 

@@ -65,6 +65,11 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         help="HMAC key for the webhook's X-Sbx-Signature header",
     )
     p.add_argument(
+        "--banner",
+        action="store_true",
+        help="print how to connect (socket, token, MCP client config) once ready",
+    )
+    p.add_argument(
         "--workspace-root",
         action="append",
         type=Path,
@@ -86,5 +91,6 @@ def run(args: argparse.Namespace) -> int:
         webhook_url=args.webhook,
         webhook_secret_file=args.webhook_secret_file,
         workspace_roots=args.workspace_root,
+        banner=args.banner,
     )
     return main_serve(settings)

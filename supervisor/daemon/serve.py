@@ -39,6 +39,8 @@ class DaemonSettings:
     webhook_url: str | None = None
     webhook_secret_file: Path | None = None
     workspace_roots: list[Path] = field(default_factory=list)
+    banner: bool = False
+    """Print how to connect (socket, token, MCP client configuration) once listening."""
 
     @property
     def daemon_dir(self) -> Path:
@@ -181,6 +183,9 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
     }
     write_private(settings.info_file, json.dumps(info) + "\n")
     log.info("daemon_listening", **info)
+    if settings.banner:
+        sys.stdout.write(connect_banner(settings, sup, tcp_address) + "\n")
+        sys.stdout.flush()
     if ready is not None:
         ready.set()
     try:
@@ -200,6 +205,51 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
             settings.info_file.unlink()
         log.info("daemon_stopped")
     return 0
+
+
+def connect_banner(settings: DaemonSettings, sup: Supervisor, tcp: str | None) -> str:
+    """What a person needs to connect: the socket, the token, ready-to-paste MCP configs."""
+    sbx = Path(sys.executable).parent / "sbx"
+    sock, token = settings.socket, settings.token_file
+    engine = sup.engine_info.get("version", "unreachable")
+    custom = settings.state_dir.resolve() != default_state_dir().resolve()
+    env = f"SBX_STATE_DIR={settings.state_dir} " if custom else ""
+    mcp_json = json.dumps(
+        {
+            "mcpServers": {
+                "sbx": {
+                    "command": str(sbx),
+                    "args": ["mcp"],
+                    **({"env": {"SBX_STATE_DIR": str(settings.state_dir)}} if env else {}),
+                }
+            }
+        },
+        indent=2,
+    )
+    lines = [
+        f"sandbox-supervisor is running (pid {os.getpid()}, Docker engine {engine}, "
+        f"policies: {', '.join(sup.policies.names())})",
+        f"  socket       {sock}  (mode 0600, directory 0700)",
+        f"  admin token  {token}  (mode 0600)",
+    ]
+    if tcp:
+        lines.append(f"  loopback     http://{tcp}  (Authorization: Bearer <admin token>)")
+    lines += [
+        "",
+        "Try it from another terminal:",
+        f"  {env}{sbx} run -- echo hello from a sandbox",
+        f"  {env}{sbx} run --bg -- 'for i in 1 2 3; do echo tick $i; sleep 1; done'",
+        f"  {env}{sbx} ps",
+        f'  curl --unix-socket {sock} -H "Authorization: Bearer $(cat {token})" http://sbx/healthz',
+        "",
+        "MCP clients (stdio; one connection = one session, ended when it closes):",
+        f"  Claude Code:   claude mcp add sbx -- {env}{sbx} mcp",
+        "  .mcp.json / Claude Desktop (claude_desktop_config.json):",
+        *("    " + line for line in mcp_json.splitlines()),
+        "",
+        "Ctrl-C stops the daemon; running tasks are left for the next start to re-adopt.",
+    ]
+    return "\n".join(lines)
 
 
 def main_serve(settings: DaemonSettings) -> int:
