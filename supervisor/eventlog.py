@@ -8,14 +8,13 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
-import structlog
-
 from supervisor.errors import StateStorageError
 from supervisor.events import BaseEvent, EventsGap, parse_event
+from supervisor.logs import get_logger
 from supervisor.sinks import Sink, SinkRunner
 from supervisor.store import StateStore
 
-log = structlog.get_logger("supervisor.eventlog")
+log = get_logger("supervisor.eventlog")
 
 #: Seqs are reserved in blocks in the store, so a seq handed out while the store could not
 #: be written is still never reused after a restart.

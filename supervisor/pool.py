@@ -10,10 +10,9 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import structlog
-
 from supervisor.backend.base import AttachedStream
 from supervisor.errors import SupervisorError
+from supervisor.logs import get_logger
 from supervisor.models import TaskSpec
 from supervisor.policy import Policy
 from supervisor.resolve import MERGE_PREFIX, resolve
@@ -21,7 +20,7 @@ from supervisor.resolve import MERGE_PREFIX, resolve
 if TYPE_CHECKING:
     from supervisor.session import Session
 
-log = structlog.get_logger("supervisor.pool")
+log = get_logger("supervisor.pool")
 
 #: Containers idle this long are removed (the pool refills on the next use).
 IDLE_S = 300.0

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import structlog
 from pydantic import BaseModel, ConfigDict
 
 from supervisor.backend.base import AttachedStream, Backend, ContainerRequest, ContainerState
@@ -35,6 +34,7 @@ from supervisor.events import (
 )
 from supervisor.faults import crash_point
 from supervisor.lifecycle import Lifecycle, Outcome, StopRequest, status_for
+from supervisor.logs import get_logger
 from supervisor.models import PatternMatch, TaskInfo, TaskSpec
 from supervisor.monitor import LineChunker
 from supervisor.output import OutputFile, read_range, read_tail, replayed_length
@@ -42,7 +42,7 @@ from supervisor.policy import Policy
 from supervisor.pool import Pooled
 from supervisor.resolve import Effective
 
-log = structlog.get_logger("supervisor.runner")
+log = get_logger("supervisor.runner")
 
 #: After the container exits, how long the output stream may take to drain.
 _DRAIN_S = 10.0

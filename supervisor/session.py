@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from pydantic import ValidationError
 
 from supervisor.backend.base import ContainerRequest
@@ -25,6 +24,7 @@ from supervisor.eventlog import EventLog
 from supervisor.events import BaseEvent, parse_event
 from supervisor.events import SessionEnded as SessionEndedEvent
 from supervisor.ids import new_task_id
+from supervisor.logs import get_logger
 from supervisor.models import Kind, OutputSlice, PatternMatch, TaskInfo, TaskSpec
 from supervisor.output import read_slice, read_tail
 from supervisor.policy import Policy
@@ -36,7 +36,7 @@ from supervisor.sinks import Sink, SinkRunner
 if TYPE_CHECKING:
     from supervisor.supervisor import Supervisor
 
-log = structlog.get_logger("supervisor.session")
+log = get_logger("supervisor.session")
 
 MAX_READ = 8 * 1024 * 1024
 

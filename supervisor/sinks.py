@@ -9,11 +9,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-import structlog
-
 from supervisor.events import BaseEvent, EventsGap
+from supervisor.logs import get_logger
 
-log = structlog.get_logger("supervisor.sinks")
+log = get_logger("supervisor.sinks")
 
 
 @runtime_checkable

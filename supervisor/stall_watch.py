@@ -13,18 +13,17 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from supervisor import procfs
 from supervisor.backend.base import Backend
 from supervisor.errors import SupervisorError
+from supervisor.logs import get_logger
 from supervisor.output import read_tail
 from supervisor.stall import StallDetector, Verdict, looks_like_prompt
 
 if TYPE_CHECKING:
     from supervisor.runner import TaskRunner
 
-log = structlog.get_logger("supervisor.stall")
+log = get_logger("supervisor.stall")
 
 _TICK_S = 0.2
 

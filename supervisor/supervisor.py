@@ -16,8 +16,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import structlog
-
 from supervisor.backend.base import Backend
 from supervisor.doctor import PROBE_LABEL
 from supervisor.errors import (
@@ -31,12 +29,13 @@ from supervisor.errors import (
 )
 from supervisor.eventlog import EventLog
 from supervisor.ids import check_session_id, new_session_id
+from supervisor.logs import get_logger
 from supervisor.policy import Policy, PolicySet, default_policies_dir
 from supervisor.session import Session
 from supervisor.sinks import Sink
 from supervisor.store import StateStore
 
-log = structlog.get_logger("supervisor")
+log = get_logger("supervisor")
 
 LABEL_OWNER = "io.sbx.owner"
 LABEL_PREFIX = "io.sbx."

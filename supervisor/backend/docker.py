@@ -16,7 +16,6 @@ from typing import Any, Literal, TypeVar
 import docker
 import docker.errors
 import requests.exceptions
-import structlog
 
 from supervisor.backend.base import (
     AttachedStream,
@@ -33,9 +32,10 @@ from supervisor.errors import (
     RuntimeUnavailable,
     SupervisorError,
 )
+from supervisor.logs import get_logger
 
 T = TypeVar("T")
-log = structlog.get_logger("supervisor.backend.docker")
+log = get_logger("supervisor.backend.docker")
 
 _READ_SIZE = 1 << 20
 _DEFAULT_SOCKET = "/var/run/docker.sock"

@@ -13,15 +13,15 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import structlog
 import uvicorn
 
 from supervisor.daemon.app import AppConfig, create_app
 from supervisor.daemon.auth import Auth, write_private
+from supervisor.logs import get_logger
 from supervisor.sinks import Sink
 from supervisor.supervisor import Supervisor, default_state_dir
 
-log = structlog.get_logger("supervisor.daemon")
+log = get_logger("supervisor.daemon")
 
 
 @dataclass

@@ -8,11 +8,11 @@ import hmac
 import time
 
 import httpx
-import structlog
 
 from supervisor.events import BaseEvent
+from supervisor.logs import get_logger
 
-log = structlog.get_logger("supervisor.webhook")
+log = get_logger("supervisor.webhook")
 
 SIGNATURE_HEADER = "X-Sbx-Signature"
 TIMESTAMP_HEADER = "X-Sbx-Timestamp"
