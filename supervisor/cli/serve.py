@@ -65,6 +65,13 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         help="HMAC key for the webhook's X-Sbx-Signature header",
     )
     p.add_argument(
+        "--event-retention",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="events kept per session (older ones: an explicit events.gap); default 100000",
+    )
+    p.add_argument(
         "--banner",
         action="store_true",
         help="print how to connect (socket, token, MCP client config) once ready",
@@ -92,5 +99,6 @@ def run(args: argparse.Namespace) -> int:
         webhook_secret_file=args.webhook_secret_file,
         workspace_roots=args.workspace_root,
         banner=args.banner,
+        event_retention=args.event_retention,
     )
     return main_serve(settings)

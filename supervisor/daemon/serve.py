@@ -39,6 +39,8 @@ class DaemonSettings:
     webhook_url: str | None = None
     webhook_secret_file: Path | None = None
     workspace_roots: list[Path] = field(default_factory=list)
+    event_retention: int = 100_000
+    """Events kept per session in the store."""
     banner: bool = False
     """Print how to connect (socket, token, MCP client configuration) once listening."""
 
@@ -140,6 +142,7 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
         require_engine=False,
         sinks=factory,  # type: ignore[arg-type]
         workspace_roots=settings.workspace_roots,
+        event_retention=settings.event_retention,
     )
     await sup.start()
     auth = Auth(settings.token_file)

@@ -381,3 +381,23 @@ async def test_input_sent_while_starting_reaches_the_command(sup: Supervisor) ->
     await session.send_input(info.task_id, "early\n")
     match = await session.wait_for(info.task_id, "^got:", timeout_s=30)
     assert match.line == "got:early"
+
+
+async def test_aclose_leaves_no_thread_or_task_behind(state_dir: Any, policies_dir: Any) -> None:
+    import threading  # noqa: PLC0415
+
+    from tests.conftest import require_engine  # noqa: PLC0415
+
+    require_engine()
+    before = {t.name for t in threading.enumerate()}
+    async with Supervisor(state_dir=state_dir, policies_dir=policies_dir) as sup:
+        session = await sup.open_session("close")
+        info = await session.start(TaskSpec(command="echo x; sleep 100", policy="fast"))
+        await session.wait_for(info.task_id, "x", timeout_s=30)
+        busy = {t.name for t in threading.enumerate()} - before
+        assert any(n.startswith("sbx-") for n in busy)  # our pools were in use
+    left = {t.name for t in threading.enumerate() if t.is_alive()} - before
+    assert not [n for n in left if n.startswith("sbx-")], left
+    current = asyncio.current_task()
+    pending = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+    assert pending == [], pending
