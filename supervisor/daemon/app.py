@@ -54,8 +54,11 @@ from supervisor.session import Session, spec_error
 from supervisor.supervisor import Supervisor
 
 MAX_WAIT_S = 300.0
-#: Largest byte offset or seq a request may name (what a file offset / SQLite integer holds).
-MAX_OFFSET = 2**63 - 1
+#: Largest seq a request may name (what an SQLite integer holds).
+MAX_SEQ = 2**63 - 1
+#: Largest byte offset a request may name. Output files are capped at 64 GiB by policy; some
+#: filesystems refuse to seek past 16 TiB (ext4: EINVAL, which surfaced as a 500).
+MAX_OFFSET = 2**40
 #: Longest duration string accepted before range checks (keeps the arithmetic finite).
 _MAX_DURATION_S = 10.0**9
 NOTIFY_TYPES = frozenset(
@@ -321,6 +324,20 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
         # (and like unknown ids), so a 404 says nothing about what exists.
         if exc.status_code == 404:
             return JSONResponse(error_body("not_found", "no such resource"), status_code=404)
+        if exc.status_code == 400:
+            # FastAPI's "error parsing the body" (e.g. JSON that is not UTF-8). Like a
+            # malformed body: authentication first, then the same 422 as a JSON decode error.
+            if auth.check(_bearer(request.headers.get("authorization"))) is None:
+                return await _api_error(
+                    request, ApiError(401, "unauthorized", "missing or invalid bearer token")
+                )
+            message = f"body: {exc.detail}"
+            return JSONResponse(
+                error_body(
+                    "invalid_request", message, fields=[{"field": "body", "message": exc.detail}]
+                ),
+                status_code=422,
+            )
         code = "method_not_allowed" if exc.status_code == 405 else "http_error"
         return JSONResponse(
             error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
@@ -501,7 +518,10 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     @app.post("/sessions/{session_id}/tasks/{task_id}/stop", tags=["tasks"])
     async def stop_task(session_id: str, task_id: str, who: Who) -> dict[str, Any]:
         """SIGTERM, grace period, SIGKILL. 409 with the final status if it already ended."""
-        return task_json(await session_of(session_id, who).stop(task_id))
+        session = session_of(session_id, who)
+        info = await session.stop(task_id)
+        await session.event_log.flushed()  # the terminal event is readable once we answer
+        return task_json(info)
 
     @app.post("/sessions/{session_id}/tasks/{task_id}/input", status_code=204, tags=["tasks"])
     async def send_input(session_id: str, task_id: str, body: InputBody, who: Who) -> Response:
@@ -559,6 +579,9 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
             info = await session.wait(task_id, body.timeout_s)
         except WaitTimeout:
             return {"timed_out": True, "task": task_json(await session.get(task_id))}
+        # The terminal event is emitted before the task counts as final but published by the
+        # log's flusher: without this, /events and /notifications could lag the answer.
+        await session.event_log.flushed()
         return {"timed_out": False, "task": task_json(info)}
 
     @app.post("/sessions/{session_id}/tasks/{task_id}/wait-for", tags=["tasks"])
@@ -588,7 +611,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     async def events(
         session_id: str,
         who: Who,
-        after: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
         wait_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0.0,
     ) -> dict[str, Any]:
@@ -605,7 +628,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     async def event_stream(
         session_id: str,
         who: Who,
-        after: Annotated[int | None, Query(ge=0, le=MAX_OFFSET)] = None,
+        after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> StreamingResponse:
         """Server-sent events, ``id: <seq>``; reconnect with ``Last-Event-ID`` to resume."""
@@ -616,7 +639,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
                 cursor = int(last_event_id)
             except ValueError as exc:
                 raise ApiError(422, "invalid_request", "Last-Event-ID: not a seq") from exc
-            if not 0 <= cursor <= MAX_OFFSET:
+            if not 0 <= cursor <= MAX_SEQ:
                 # A negative cursor would replay a bogus retention gap starting below seq 1.
                 raise ApiError(
                     422, "invalid_request", f"Last-Event-ID: {cursor} is not a seq (>= 0)"
@@ -660,7 +683,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     async def notifications(
         session_id: str,
         who: Who,
-        after: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
         format: Literal["xml", "json"] = "xml",
         wait_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0.0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
