@@ -22,8 +22,8 @@ class TaskNotFound(SupervisorError, LookupError):
 
     code = "task_not_found"
 
-    def __init__(self, task_id: str) -> None:
-        super().__init__(f"no task {task_id!r} in this session")
+    def __init__(self, task_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"no task {task_id!r} in this session")
         self.task_id = task_id
 
 

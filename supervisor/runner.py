@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import time
 from collections import deque
@@ -1163,6 +1164,8 @@ def _parse_engine_time(value: str | None) -> float | None:
 def _read_from(path: Path, offset: int) -> bytes:
     try:
         with path.open("rb") as fh:
+            if offset >= os.fstat(fh.fileno()).st_size:
+                return b""  # (and never seek absurdly far: some filesystems refuse)
             fh.seek(offset)
             return fh.read(8 << 20)
     except FileNotFoundError:

@@ -54,6 +54,8 @@ from supervisor.session import Session, spec_error
 from supervisor.supervisor import Supervisor
 
 MAX_WAIT_S = 300.0
+#: Live tokens per session; minting more revokes the oldest.
+MAX_TOKENS_PER_SESSION = 16
 #: Largest seq a request may name (what an SQLite integer holds).
 MAX_SEQ = 2**63 - 1
 #: Largest byte offset a request may name. Output files are capped at 64 GiB by policy; some
@@ -273,7 +275,12 @@ class _HostOriginGuard(BaseHTTPMiddleware):
                     error_body("forbidden_host", f"Host {host!r} is not allowed"), status_code=403
                 )
         origin = request.headers.get("origin")
-        if origin is not None and origin not in self.config.allowed_origins:
+        # Browsers reach only the TCP listener; the unix socket app has no allowlists.
+        if (
+            self.config.allowed_hosts
+            and origin is not None
+            and origin not in self.config.allowed_origins
+        ):
             return JSONResponse(
                 error_body("forbidden_origin", f"Origin {origin!r} is not allowed"),
                 status_code=403,
@@ -440,6 +447,11 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
             raise ApiError(422, "invalid_request", f"session_id: {exc}") from exc
         token, digest = auth.new_session_token(session.session_id)
         session.token_digests.append(digest)
+        # Each call mints a token; keep the newest few live so "ensure the session exists"
+        # loops cannot grow this forever (older tokens of the session are revoked).
+        for old in session.token_digests[:-MAX_TOKENS_PER_SESSION]:
+            auth.forget(old)
+        del session.token_digests[:-MAX_TOKENS_PER_SESSION]
         await sup.store.set_session_data(
             session.session_id, json.dumps({"token_sha256": session.token_digests})
         )
@@ -513,6 +525,8 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
                 return task_json(await s.get(task_id))
             except TaskNotFound:
                 continue
+        if who.admin:
+            raise TaskNotFound(task_id, f"no task {task_id!r} in any open session")
         raise TaskNotFound(task_id)
 
     @app.post("/sessions/{session_id}/tasks/{task_id}/stop", tags=["tasks"])
@@ -696,11 +710,18 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
         items = _notifications(batch)
         if format == "xml":
             text = "\n".join(x for x in (render_xml(e) for e in items) if x)
+            ended = str(session.event_log.closed and last >= session.event_log.last_seq)
             return PlainTextResponse(
-                text, headers={"X-Sbx-Last-Seq": str(last)}, media_type="application/xml"
+                text,
+                headers={"X-Sbx-Last-Seq": str(last), "X-Sbx-Ended": ended.lower()},
+                media_type="application/xml",
             )
         return JSONResponse(
-            {"notifications": [_render(e, "json") for e in items], "last_seq": last}
+            {
+                "notifications": [_render(e, "json") for e in items],
+                "last_seq": last,
+                "ended": session.event_log.closed and last >= session.event_log.last_seq,
+            }
         )
 
     @app.get("/sessions/{session_id}/notifications/pending", tags=["events"])

@@ -65,6 +65,10 @@ class Auth:
         """Re-arm a session token from its stored digest (daemon restart)."""
         self._sessions[digest] = session_id
 
+    def forget(self, digest: str) -> None:
+        """Revoke one token by its digest."""
+        self._sessions.pop(digest, None)
+
     def revoke(self, session_id: str) -> None:
         for digest, sid in list(self._sessions.items()):
             if sid == session_id:

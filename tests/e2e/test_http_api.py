@@ -434,7 +434,7 @@ def test_task_lifecycle(daemon: Daemon, send: Send) -> None:
     ]
     assert body["notifications"][0]["xml"] == blocks[0]
     r = send("GET", f"{base}/notifications", token=tok, params={"format": "json", "after": 4})
-    assert r.json() == {"notifications": [], "last_seq": 4}
+    assert r.json() == {"notifications": [], "last_seq": 4, "ended": False}
 
     # -- end the session: running tasks stopped, containers gone, token revoked --------------
     r = send(
