@@ -42,6 +42,7 @@ from pydantic import Field
 from supervisor.client import ApiError, DaemonNotRunning, SbxClient, ensure_daemon
 from supervisor.daemon.app import NOTIFY_TYPES
 from supervisor.events import EVENT_ADAPTER, TaskFailed, TaskStalled, TaskStopped
+from supervisor.models import TaskInfo
 from supervisor.render import duration_text, render_xml
 
 #: Claude Code's Bash tool truncates at 30000 characters; models are used to that size.
@@ -216,15 +217,7 @@ def _seconds(ms: int) -> str:
 
 def _describe_end(info: dict[str, Any]) -> str:
     """``completed, exit code 0`` / ``killed, user stopped`` / ``failed: image missing``."""
-    status = str(info["status"])
-    if status not in ("completed", "failed", "killed"):
-        return status
-    reason = info.get("reason")
-    if reason is None:
-        return f"{status}: {info.get('error') or 'never ran'}"
-    if reason == "exit":
-        return f"{status}, exit code {info.get('exit_code')}"
-    return f"{status}, {str(reason).replace('_', ' ')}"
+    return TaskInfo.model_validate(info).describe_end()
 
 
 def _decode(data: bytes, final: bool) -> tuple[str, int]:

@@ -22,6 +22,7 @@ import httpx
 
 from supervisor.cli.common import fail
 from supervisor.client import ApiError, DaemonNotRunning, SbxClient, ensure_daemon
+from supervisor.models import TaskInfo
 
 DEFAULT_SESSION = "default"
 #: How long a command waits for a task that is still being created before giving up.
@@ -215,15 +216,7 @@ def outcome(info: dict[str, Any]) -> str:
 
 def end_phrase(info: dict[str, Any]) -> str:
     """``completed, exit code 0``, ``killed, user stopped``, ``failed: <error>``, ``running``."""
-    status = str(info.get("status"))
-    if not is_final(info):
-        return status
-    reason = info.get("reason")
-    if reason is None:
-        return f"{status}: {info.get('error') or 'never ran'}"
-    if reason == "exit":
-        return f"{status}, exit code {info.get('exit_code')}"
-    return f"{status}, {str(reason).replace('_', ' ')}"
+    return TaskInfo.model_validate(info).describe_end()
 
 
 def describe_end(info: dict[str, Any]) -> str:
