@@ -17,6 +17,20 @@ MIB = 1024 * 1024
 #: so the output file keeps the exact order the command wrote in (two engine-side pipes
 #: would let stdout and stderr overtake each other).
 MERGE_PREFIX = "exec 2>&1; "
+#: Host paths a workspace may neither be, lie under, nor contain: the engine's API socket,
+#: its exec root (which holds the socket of the containerd it manages), containerd's own
+#: socket folder, and the data roots (every container's files). Compared after realpath;
+#: the /var/run spellings matter where /var/run is not a symlink to /run.
+_ENGINE_PATHS = (
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/var/run/docker",
+    "/run/docker",
+    "/var/run/containerd",
+    "/run/containerd",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+)
 
 
 @dataclass(frozen=True)
@@ -124,7 +138,7 @@ def workspace_mount(policy: Policy, roots: Sequence[Path]) -> Mount | None:
             f"policy {policy.name!r}: workspace.host_path {ws.host_path!r} is not under an "
             f"allowed workspace root ({allowed})"
         )
-    for bad in ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd"):
+    for bad in _ENGINE_PATHS:
         if real == bad or real.startswith(bad + "/") or bad.startswith(real.rstrip("/") + "/"):
             raise PolicyError(
                 f"policy {policy.name!r}: workspace {ws.host_path!r} would expose {bad}"

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+#: Fixtures of a private Docker engine (for engine-restart and missing-runtime tests).
+pytest_plugins = ("tests.private_engine",)
+
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = REPO / "policies"
 IN_CI = bool(os.environ.get("CI"))

@@ -4,9 +4,12 @@ Starts its own ``dockerd`` (and, through it, its own containerd) with everything
 fresh folder in /tmp: config file, data root, exec root, pid file, API socket, containerd
 namespaces. Tests use it through ``Supervisor(docker_host=engine.docker_host)``.
 
-Use the fixtures (import them into the test module)::
+Use the fixtures by naming this module as a plugin of the test module (importing the
+fixture functions also works, but then ruff sees every test argument as a redefinition)::
 
-    from tests.private_engine import EngineConfig, private_engine, private_engine_factory
+    pytest_plugins = ("tests.private_engine",)
+    pytest.register_assert_rewrite("tests.private_engine")  # before importing from it
+    from tests.private_engine import EngineConfig, PrivateEngine
 
     async def test_x(private_engine: PrivateEngine) -> None:          # default config
         async with Supervisor(docker_host=private_engine.docker_host, ...) as sup: ...
@@ -89,14 +92,6 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(p) for p in text.split()]
-
-
 def _free_subnet() -> ipaddress.IPv4Network:
     """A /24 in 10.255.0.0/16 that no host route uses."""
     out = subprocess.run(
@@ -134,7 +129,6 @@ class PrivateEngine:
         self.log_path = self.root / "dockerd.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
-        self.containerd_pids: set[int] = set()
         self._bridge_up = False
         self._write_config()
 
@@ -209,9 +203,6 @@ class PrivateEngine:
             return self.ping()
 
         _wait_until(answers, self.config.start_timeout_s, "private dockerd answering")
-        self.containerd_pids.update(
-            p for p in _children(self.pid) if "containerd" in _cmdline(p).split(" ")[0]
-        )
 
     def ping(self) -> bool:
         try:
@@ -290,29 +281,37 @@ class PrivateEngine:
             client.close()
 
     def close(self) -> None:
-        """Remove containers, stop dockerd and whatever containerd it left, delete the folder
-        and the bridge. Only processes this engine started are signalled."""
+        """Remove containers, stop dockerd and whatever it left running, delete the folder
+        and the bridge. Only processes of this engine are signalled: this dockerd by its pid,
+        then any containerd or shim whose command line names this engine's unique folder."""
         try:
+            if self.proc is not None and self.proc.poll() is not None:
+                # Killed by the test and not restarted: start it once more so it can remove
+                # the containers it still has (live-restore keeps them running meanwhile).
+                with contextlib.suppress(Exception):
+                    self.start()
             with contextlib.suppress(Exception):
                 self.remove_containers()
-            if self.pid is not None:
-                self.containerd_pids.update(
-                    p for p in _children(self.pid) if "containerd" in _cmdline(p)
-                )
             self.stop()
-            # With live-restore dockerd leaves its containerd running on purpose.
-            for pid in sorted(self.containerd_pids):
-                if _pid_alive(pid) and str(self.root) in _cmdline(pid):
-                    os.kill(pid, signal.SIGTERM)
-                    with contextlib.suppress(TimeoutError):
-                        _wait_until(lambda p=pid: not _pid_alive(p), 15, "containerd exit")
-                    if _pid_alive(pid):
-                        os.kill(pid, signal.SIGKILL)
+            # With live-restore dockerd leaves its containerd (and the shims) running.
+            for pid in self._leftover_pids():
+                _terminate(pid)
         finally:
             if self._bridge_up:
                 subprocess.run(["ip", "link", "del", self.bridge], check=False)
                 self._bridge_up = False
             self._remove_root()
+
+    def _leftover_pids(self) -> list[int]:
+        """containerd / shim processes started for this engine (they name its folder)."""
+        marker = str(self.root) + "/"
+        out = []
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) != os.getpid():
+                cmdline = _cmdline(int(name))
+                if marker in cmdline and "containerd" in cmdline.split(" ")[0]:
+                    out.append(int(name))
+        return sorted(out)
 
     def _remove_root(self) -> None:
         prefix = str(self.root) + "/"
@@ -336,6 +335,17 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def _terminate(pid: int) -> None:
+    """SIGTERM, then SIGKILL after 15 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        _wait_until(lambda: not _pid_alive(pid), 15, f"process {pid} to exit")
+    if _pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _can_run_private_engine() -> str | None:

@@ -12,11 +12,7 @@ import pytest
 
 from supervisor import EngineUnavailable, MemorySink, Supervisor, TaskSpec
 from supervisor.events import BaseEvent
-from tests.private_engine import (  # noqa: F401 - fixtures
-    EngineConfig,
-    PrivateEngine,
-    private_engine,
-)
+from tests.private_engine import EngineConfig, PrivateEngine
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -77,9 +73,7 @@ async def test_without_live_restore_tasks_end_as_lost(
     ) as sup:
         assert not sup.live_restore
         session = await sup.open_session("nolive", sinks=[sink])
-        tasks = [
-            await session.start(TaskSpec(command=COUNTER, policy="fast")) for _ in range(3)
-        ]
+        tasks = [await session.start(TaskSpec(command=COUNTER, policy="fast")) for _ in range(3)]
         for t in tasks:
             await session.wait_for(t.task_id, "^line10$", timeout_s=60)
         await asyncio.to_thread(private_engine.restart)

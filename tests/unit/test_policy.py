@@ -60,7 +60,8 @@ def load_error(tmp_path: Path, text: str, name: str = "p") -> tuple[Path, str]:
 def test_every_shipped_policy_loads(path: Path) -> None:
     policy = load_policy_file(path)
     assert policy.name == path.stem
-    assert policy.network == "none"
+    # Only the policy made for it talks to the network (on a per-session bridge).
+    assert policy.network == ("bridge" if policy.name == "networked" else "none")
     assert policy.read_only_rootfs is True
     assert policy.cap_add == []
     assert not policy.user.startswith("0")
@@ -328,6 +329,22 @@ BAD_VALUES: list[tuple[str, str, str, str, object, str]] = [
         "monitor.burst_lines",
         0,
         "greater than or equal to 1",
+    ),
+    (
+        "Monitor",
+        "bytes_per_s",
+        "[monitor]\nbytes_per_s = 0",
+        "monitor.bytes_per_s",
+        0,
+        "greater than 0",
+    ),
+    (
+        "Monitor",
+        "burst_bytes",
+        "[monitor]\nburst_bytes = 10",
+        "monitor.burst_bytes",
+        10,
+        "greater than or equal to 1024",
     ),
     (
         "Session",
