@@ -21,6 +21,12 @@ log = get_logger("supervisor.eventlog")
 _SEQ_BLOCK = 10_000
 
 
+def _weight(event: BaseEvent) -> int:
+    """Rough memory cost of an event (monitor text dominates)."""
+    text = getattr(event, "text", None) or getattr(event, "tail", None) or ""
+    return 256 + len(text)
+
+
 class EventLog:
     """Per-session, strictly increasing ``seq``; durable first, fan-out second.
 
@@ -34,12 +40,15 @@ class EventLog:
         store: StateStore,
         *,
         memory_events: int = 20_000,
+        memory_bytes: int = 64 * 1024 * 1024,
         retention_events: int = 100_000,
         sink_max_lag: int = 10_000,
     ) -> None:
         self.session_id = session_id
         self._store = store
         self._memory_events = memory_events
+        self._memory_bytes = memory_bytes
+        self._window_bytes = 0
         self.retention_events = retention_events
         self._sink_max_lag = sink_max_lag
         self._next_seq = 1
@@ -124,8 +133,20 @@ class EventLog:
 
     def _publish(self, batch: list[BaseEvent]) -> None:
         self._window.extend(batch)
-        if len(self._window) > 2 * self._memory_events:
-            del self._window[: len(self._window) - self._memory_events]
+        self._window_bytes += sum(_weight(e) for e in batch)
+        # Bounded by count and by size (monitor text): older events stay in the store.
+        if len(self._window) > 2 * self._memory_events or self._window_bytes > self._memory_bytes:
+            keep = self._memory_events
+            drop = max(0, len(self._window) - keep)
+            dropped = sum(_weight(e) for e in self._window[:drop])
+            while (
+                self._window_bytes - dropped > self._memory_bytes // 2
+                and drop < len(self._window) - 1
+            ):
+                dropped += _weight(self._window[drop])
+                drop += 1
+            del self._window[:drop]
+            self._window_bytes -= dropped
         self._published_seq = batch[-1].seq
         self._changed.set()
         self._changed = asyncio.Event()

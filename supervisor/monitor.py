@@ -36,12 +36,12 @@ class TokenBucket:
         self.tokens = float(burst)
         self.stamp = now
 
-    def take(self, now: float) -> bool:
+    def take(self, now: float, amount: float = 1.0) -> bool:
         if now > self.stamp:
             self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
             self.stamp = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
+        if self.tokens >= amount:
+            self.tokens -= amount
             return True
         return False
 
@@ -64,6 +64,7 @@ class LineChunker:
         self._batch_ordinal = 0
         self._last_emit = float("-inf")
         self._bucket = TokenBucket(cfg.lines_per_s, cfg.burst_lines)
+        self._bytes = TokenBucket(cfg.bytes_per_s, cfg.burst_bytes)
         self._bucket_started = False
         self._suppressed = 0
         self._suppressed_first = 0
@@ -95,6 +96,7 @@ class LineChunker:
     def feed(self, data: bytes, now: float) -> list[BaseEvent]:
         if not self._bucket_started:
             self._bucket = TokenBucket(self.cfg.lines_per_s, self.cfg.burst_lines, now)
+            self._bytes = TokenBucket(self.cfg.bytes_per_s, self.cfg.burst_bytes, now)
             self._bucket_started = True
         self._fed += len(data)
         out: list[BaseEvent] = []
@@ -134,7 +136,7 @@ class LineChunker:
     def _one(self, segment: bytes, eol: bool, now: float, out: list[BaseEvent]) -> None:
         self.ordinal += 1
         self._counted += len(segment) + (1 if eol else 0)
-        if not self._bucket.take(now):
+        if not self._within_budget(len(segment), now):
             if self._suppressed == 0:
                 out.extend(self._emit_batch(now))  # keep order: lines before the gap first
                 self._suppressed_first = self.ordinal
@@ -155,6 +157,15 @@ class LineChunker:
         if not eol:
             # A cut piece ends its chunk; the next chunk continues the line.
             out.extend(self._emit_batch(now, eol=False, cut=True))
+
+    def _within_budget(self, size: int, now: float) -> bool:
+        """One line token and ``size`` byte tokens, or neither."""
+        if not self._bucket.take(now):
+            return False
+        if self._bytes.take(now, float(size)):
+            return True
+        self._bucket.tokens += 1.0  # give the line token back
+        return False
 
     # -- emitting ------------------------------------------------------------------
 

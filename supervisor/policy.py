@@ -144,6 +144,11 @@ class Monitor(_Model):
     """Sustained line rate turned into events (token bucket refill)."""
     burst_lines: Annotated[int, Field(ge=1, le=10_000_000)] = 2000
     """Token bucket size: lines allowed in a burst before suppression."""
+    bytes_per_s: Annotated[float, Field(gt=0, le=1024**3)] = 1024 * 1024
+    """Sustained event text rate (a second token bucket, in bytes): a few huge lines are a
+    flood too."""
+    burst_bytes: Annotated[int, Field(ge=1024, le=1024**3)] = 8 * 1024 * 1024
+    """Bytes of event text allowed in a burst before suppression."""
 
 
 class Session(_Model):

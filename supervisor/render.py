@@ -20,7 +20,7 @@ from supervisor.events import (
 from supervisor.lifecycle import status_for
 
 # XML 1.0 forbids most C0 controls; ESC would also let output drive a terminal. Show them.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffe\uffff]")
 
 
 def _visible(match: re.Match[str]) -> str:

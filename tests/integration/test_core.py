@@ -336,6 +336,7 @@ async def test_slow_sink_never_blocks_capture(state_dir: Any, policies_dir: Any)
     (policies_dir / "chatty.toml").write_text(
         'image = "sbx/minimal:latest"\nworking_dir = "/tmp"\n'
         "[monitor]\nbatch_window_ms = 0\nlines_per_s = 1000000\nburst_lines = 1000000\n"
+        "bytes_per_s = 1000000000\nburst_bytes = 1000000000\n"
         "max_chunk_bytes = 65536\n"
     )
     async with Supervisor(

@@ -396,3 +396,22 @@ def test_token_bucket_ignores_time_going_backwards() -> None:
     assert b.take(5.0) is False
     assert b.take(10.5) is False
     assert b.take(11.0) is True
+
+
+def test_a_few_huge_lines_are_a_flood_too() -> None:
+    """The byte budget: 4 pieces of 256 KiB exhaust a 512 KiB burst; the rest is suppressed
+    (and still counted by ordinal), so event text stays bounded whatever the line length."""
+    cfg = Monitor(
+        batch_window_ms=0,
+        lines_per_s=1e6,
+        burst_lines=1_000_000,
+        bytes_per_s=1024,
+        burst_bytes=512 * 1024,
+    )
+    ch = LineChunker(cfg, "s", "t")
+    events = ch.feed(b"x" * (4 * 1024 * 1024) + b"\n", 0.0) + ch.flush_all()
+    text = sum(len(e.text) for e in events if isinstance(e, TaskOutput))
+    assert text <= 512 * 1024
+    suppressed = [e for e in events if isinstance(e, TaskOutputSuppressed)]
+    assert suppressed
+    assert suppressed[-1].last_ordinal == ch.ordinal
