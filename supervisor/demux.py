@@ -12,8 +12,9 @@ class FrameDemux:
     """Feed raw stream bytes; get ``(stream, payload)`` segments back in arrival order.
 
     Payloads are returned as soon as they arrive, not when their frame is complete, so a
-    1 GiB frame never sits in memory. Adjacent segments of the same stream are joined to
-    keep the number of downstream writes low.
+    1 GiB frame never sits in memory. ``feed_views`` is the hot path: zero-copy views into
+    the fed buffer, one per frame piece (write them with ``os.writev``); ``feed`` joins
+    adjacent pieces of the same stream into bytes.
     """
 
     __slots__ = ("_header", "_remaining", "_stream")
@@ -28,9 +29,9 @@ class FrameDemux:
         """True when the last feed ended inside a frame (header or payload)."""
         return bool(self._header) or self._remaining > 0
 
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        """Decode ``data``; return the payload segments it completes or continues."""
-        out: list[tuple[int, bytes]] = []
+    def feed_views(self, data: bytes) -> list[tuple[int, memoryview]]:
+        """Decode ``data``; payload pieces as views into it (valid while ``data`` lives)."""
+        out: list[tuple[int, memoryview]] = []
         view = memoryview(data)
         pos, end = 0, len(data)
         while pos < end:
@@ -39,21 +40,35 @@ class FrameDemux:
                 if end - pos < need:
                     self._header += bytes(view[pos:end])
                     break
-                header = self._header + bytes(view[pos : pos + need])
-                self._header = b""
+                if self._header:
+                    header = self._header + bytes(view[pos : pos + need])
+                    self._header = b""
+                    stream, size = _HEADER.unpack(header)
+                else:
+                    stream, size = _HEADER.unpack_from(data, pos)
                 pos += need
-                stream, size = _HEADER.unpack(header)
                 self._stream = stream if stream in (STDOUT, STDERR) else STDOUT
                 self._remaining = size
                 continue
             take = min(self._remaining, end - pos)
-            chunk = bytes(view[pos : pos + take])
+            out.append((self._stream, view[pos : pos + take]))
             pos += take
             self._remaining -= take
-            if out and out[-1][0] == self._stream:
-                out[-1] = (self._stream, out[-1][1] + chunk)
-            else:
-                out.append((self._stream, chunk))
+        return out
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """Decode ``data``; adjacent pieces of the same stream joined into bytes."""
+        out: list[tuple[int, bytes]] = []
+        group: list[memoryview] = []
+        current = -1
+        for stream, piece in self.feed_views(data):
+            if stream != current and group:
+                out.append((current, b"".join(group)))
+                group = []
+            current = stream
+            group.append(piece)
+        if group:
+            out.append((current, b"".join(group)))
         return out
 
 

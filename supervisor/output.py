@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import os
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,6 +15,8 @@ from typing import Any, TypeVar
 from supervisor.models import OutputSlice
 
 T = TypeVar("T")
+Buffer = bytes | bytearray | memoryview
+_IOV_MAX = 1024
 
 
 def cap_marker(cap: int) -> bytes:
@@ -31,14 +35,20 @@ def gap_marker(nbytes: int, why: str) -> bytes:
 
 
 class OutputFile:
-    """Appends a task's merged output; all file I/O runs in ``io`` so the loop never blocks.
+    """A task's merged output file, written behind the capture loop by one writer.
 
-    Only one coroutine (the task's capture loop) calls ``append``; order is its order.
-    ``task_bytes`` counts the command's bytes written; markers are extra. When the disk
-    is full the bytes are counted as a gap and written as a marker once space returns.
+    ``append``/``append_parts`` queue the bytes and return at once (no thread handoff per
+    chunk); a single writer coroutine per file takes everything queued and writes it with
+    one ``writev`` in ``io``, so the loop never blocks and chunks are batched while a write
+    is in flight. More than ``high_water`` bytes queued makes ``append`` wait (bounded
+    memory, backpressure on the engine stream). ``task_bytes`` counts the command's bytes
+    in the file; markers are extra. When the disk is full the bytes are counted as a gap,
+    marked in the file once space returns. ``on_write`` runs after each write lands.
     """
 
-    def __init__(self, path: Path, cap: int, io: Executor) -> None:
+    def __init__(
+        self, path: Path, cap: int, io: Executor, *, high_water: int = 16 * 1024 * 1024
+    ) -> None:
         self.path = path
         self.cap = cap
         self._io = io
@@ -49,6 +59,15 @@ class OutputFile:
         self.gap_bytes = 0
         self._pending_gap = 0
         self._closed = False
+        self._high_water = high_water
+        #: (counts as command output?, buffer), in order.
+        self._queue: list[tuple[bool, Buffer]] = []
+        self._queued = 0
+        self._accepted = 0
+        self._writer: asyncio.Task[None] | None = None
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self.on_write: Callable[[], None] | None = None
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -65,78 +84,127 @@ class OutputFile:
         fd, size = await self._run(do_open)
         self._fd = fd
         self.file_size = size
-        self.task_bytes = task_bytes
+        self.task_bytes = self._accepted = task_bytes
 
-    def _write_all(self, data: bytes) -> tuple[int, OSError | None]:
-        """Write everything, or as much as fits: (bytes written, the error that stopped it)."""
+    # -- queueing (the capture loop) ----------------------------------------------------
+
+    def _enqueue(self, task: bool, data: Buffer) -> None:
+        if len(data):
+            self._queue.append((task, data))
+            self._queued += len(data)
+
+    async def append_parts(self, parts: Sequence[Buffer]) -> None:
+        """Queue command output (e.g. views into the engine stream), enforcing the cap."""
+        size = sum(len(p) for p in parts)
+        room = self.cap - self._accepted
+        if size <= room:
+            for part in parts:
+                self._enqueue(True, part)
+            self._accepted += size
+        else:
+            data = b"".join(parts)
+            if room > 0:
+                self._enqueue(True, data[:room])
+                self._accepted += room
+            if not self.dropped:  # the first dropped byte: say so where it happened
+                self._enqueue(False, cap_marker(self.cap))
+            self.dropped += size - max(room, 0)
+        self._kick()
+        if self._queued > self._high_water:
+            await self.flush()
+
+    async def append(self, data: Buffer) -> None:
+        """Queue one buffer of command output."""
+        if len(data):
+            await self.append_parts([data])
+
+    async def note_gap(self, nbytes: int, why: str) -> None:
+        """Record output that is known to be missing (e.g. rotated away by the engine)."""
+        self._enqueue(False, gap_marker(nbytes, why))
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._queue and (self._writer is None or self._writer.done()):
+            self._drained.clear()
+            self._writer = asyncio.create_task(self._write_queued(), name="output-writer")
+
+    async def flush(self) -> None:
+        """Wait until everything queued is in the file (or counted as a gap)."""
+        while self._queue or (self._writer is not None and not self._writer.done()):
+            self._kick()
+            await self._drained.wait()
+
+    # -- writing (the writer coroutine; blocking calls in ``io``) -------------------------
+
+    async def _write_queued(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue, self._queued = self._queue, [], 0
+                await self._write_batch(batch)
+                if self.on_write is not None:
+                    self.on_write()
+        finally:
+            self._drained.set()
+
+    async def _write_batch(self, batch: list[tuple[bool, Buffer]]) -> None:
+        if self._pending_gap:
+            marker = gap_marker(self._pending_gap, "the disk was full")
+            if await self._write_some([marker]) < len(marker):
+                lost = sum(len(b) for task, b in batch if task)
+                self._pending_gap += lost
+                self.gap_bytes += lost
+                return
+            self._pending_gap = 0
+        written = await self._write_some([b for _, b in batch])
+        task_written = task_total = 0
+        left = written
+        for task, buf in batch:
+            took = min(left, len(buf))
+            left -= took
+            if task:
+                task_total += len(buf)
+                task_written += took
+        self.task_bytes += task_written
+        if task_written < task_total:
+            self._pending_gap += task_total - task_written
+            self.gap_bytes += task_total - task_written
+
+    def _write_all(self, data: list[Buffer]) -> tuple[int, OSError | None]:
+        """Write everything with writev (no joining copies), or as much as fits:
+        (bytes written, the error that stopped it)."""
         assert self._fd is not None
-        view = memoryview(data)
+        pending = deque(data)
         total = 0
-        while total < len(view):
+        while pending:
             try:
-                total += os.write(self._fd, view[total:])
+                n = os.writev(self._fd, list(itertools.islice(pending, _IOV_MAX)))
             except OSError as exc:
                 return total, exc
+            total += n
+            while pending and n >= len(pending[0]):
+                n -= len(pending.popleft())
+            if n:
+                pending[0] = memoryview(pending[0])[n:]
         return total, None
 
-    async def _write_some(self, data: bytes) -> int:
+    async def _write_some(self, data: list[Buffer]) -> int:
         written, error = await self._run(self._write_all, data)
         self.file_size += written
         if error is not None and error.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise error
         return written
 
-    async def _write(self, data: bytes) -> int:
-        """Write; on a full disk the bytes that did not fit become a gap (counted, and
-        marked in the file once space returns) instead of failing the task."""
-        if self._pending_gap:
-            marker = gap_marker(self._pending_gap, "the disk was full")
-            if await self._write_some(marker) < len(marker):
-                self._pending_gap += len(data)
-                self.gap_bytes += len(data)
-                return 0
-            self._pending_gap = 0
-        written = await self._write_some(data)
-        if written < len(data):
-            self._pending_gap += len(data) - written
-            self.gap_bytes += len(data) - written
-        return written
-
-    async def append(self, data: bytes) -> None:
-        """Append command output, enforcing the cap."""
-        if not data:
-            return
-        room = self.cap - self.task_bytes
-        if room <= 0:
-            if not self.dropped:  # the first dropped byte: say so where it happened
-                await self._write(cap_marker(self.cap))
-            self.dropped += len(data)
-            return
-        if len(data) > room:
-            keep, rest = data[:room], data[room:]
-            self.task_bytes += await self._write(keep)
-            await self._write(cap_marker(self.cap))
-            self.dropped += len(rest)
-            return
-        self.task_bytes += await self._write(data)
-
-    async def note_gap(self, nbytes: int, why: str) -> None:
-        """Record output that is known to be missing (e.g. rotated away by the engine)."""
-        await self._write(gap_marker(nbytes, why))
-
-    @property
-    def size_for_reads(self) -> int:
-        return self.file_size
-
     async def close(self) -> None:
-        """Write the final truncation record (if any) and close. Idempotent."""
+        """Write what is queued, the final truncation record (if any), and close."""
         if self._closed or self._fd is None:
             return
+        await self.flush()
         self._closed = True
         if self.dropped:
-            await self._write(dropped_marker(self.dropped))
-        if self._pending_gap:
-            await self._write(b"")  # writes the gap marker if space came back
+            self._enqueue(False, dropped_marker(self.dropped))
+        if self._queue or self._pending_gap:
+            await self._write_batch(self._queue)  # also writes a gap marker if space is back
+            self._queue = []
         fd, self._fd = self._fd, None
         await self._run(os.close, fd)
 

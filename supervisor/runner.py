@@ -16,7 +16,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from supervisor.backend.base import AttachedStream, Backend, ContainerRequest, ContainerState
+from supervisor.backend.base import (
+    AttachedStream,
+    Backend,
+    ContainerRequest,
+    ContainerState,
+    Segment,
+)
 from supervisor.errors import (
     EngineError,
     EngineUnavailable,
@@ -142,7 +148,7 @@ class TaskRunner:
         self.log = log.bind(session_id=session_id, task_id=task_id)
         self.container_id: str | None = None
         self._stream: AttachedStream | None = None
-        self._out = OutputFile(output_path, eff.limits.output_cap_bytes, ctx.io)
+        self._out = self._new_output()
         self.capture = CaptureState()
         now = time.time()
         self.created_at = now
@@ -176,6 +182,16 @@ class TaskRunner:
         #: Whether the engine keeps containers running through its own restarts.
         self._live_restore = bool(ctx.extra.get("live_restore", True))
         self.error: Outcome | None = None
+
+    def _new_output(self) -> OutputFile:
+        out = OutputFile(self.output_path, self.eff.limits.output_cap_bytes, self.ctx.io)
+        out.on_write = self._on_written
+        return out
+
+    def _on_written(self) -> None:
+        """Output reached the file: wake readers waiting for it (wait_for, wait_output)."""
+        self._output_seen.set()
+        self._output_seen = asyncio.Event()
 
     # -- snapshots -----------------------------------------------------------------
 
@@ -347,9 +363,8 @@ class TaskRunner:
         """A warm container: already started and attached, waiting for its command."""
         self._pooled = None
         self.container_id = pooled.container_id
-        self._stream = pooled.stream
-        self._attached.set()
         if self.lc.stop_reason is not None:
+            self._stream = pooled.stream
             await self._finish_unstarted()
             return
         await self._persist("created")
@@ -358,7 +373,11 @@ class TaskRunner:
             if self.eff.stdin == "closed":
                 self._stdin_open = False
                 await pooled.stream.close_stdin()
+            # Only now may input flow: it must follow the command line on the same pipe.
+            self._stream = pooled.stream
+            self._attached.set()
         except (OSError, ConnectionError) as exc:
+            self._stream = pooled.stream  # closed with the task
             await self._finish_failed(
                 SupervisorError(f"the warm container did not take the command: {exc}")
             )
@@ -589,27 +608,30 @@ class TaskRunner:
                 segments = self._skipped(segments)
                 if not segments:
                     continue
+            parts = []
+            size = 0
             for kind, payload in segments:
                 if kind == 2:
                     self.capture.stderr_bytes += len(payload)
                 else:
                     self.capture.stdout_bytes += len(payload)
-            data = segments[0][1] if len(segments) == 1 else b"".join(p for _, p in segments)
-            await self._out.append(data)
-            crash_point("mid_stream", len(data))
+                size += len(payload)
+                parts.append(payload)
+            # Views into the engine's stream, written with one writev: no per-line work and
+            # no copies on the background path.
+            await self._out.append_parts(parts)
+            crash_point("mid_stream", size)
             now = loop.time()
             self._last_output_mono = now
             if self._chunker is not None:
-                self._emit_monitor(self._chunker.feed(data, now))
+                self._emit_monitor(self._chunker.feed(b"".join(parts), now))
                 self._schedule_monitor_flush()
-            self._output_seen.set()
-            self._output_seen = asyncio.Event()
             if now - self._last_checkpoint >= _CHECKPOINT_S:
                 self._last_checkpoint = now
                 self._aux.append(asyncio.create_task(self._persist("running")))
                 self._aux = [t for t in self._aux if not t.done()]
 
-    def _skipped(self, segments: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    def _skipped(self, segments: list[Segment]) -> list[Segment]:
         out = []
         for kind, payload in segments:
             key = 2 if kind == 2 else 1
@@ -897,7 +919,7 @@ class TaskRunner:
             # Crashed before the container existed: run the task now, as accepted.
             self.log.info("readopt_create")
             await self._out.close()
-            self._out = OutputFile(self.output_path, self.eff.limits.output_cap_bytes, self.ctx.io)
+            self._out = self._new_output()
             await self._run()
             return
         state = await self._inspect_patiently()

@@ -81,7 +81,8 @@ class ContainerSummary(_Frozen):
     labels: dict[str, str]
 
 
-Segment = tuple[int, bytes]
+#: (stream, payload): 1 stdout, 2 stderr; the payload may be a view into a read buffer.
+Segment = tuple[int, bytes | memoryview]
 
 
 class AttachedStream(Protocol):

@@ -166,7 +166,7 @@ class DockerAttach:
                 data = b""
             if not data:
                 return None
-            segments = self._demux.feed(data)
+            segments: list[Segment] = list(self._demux.feed_views(data))
             if segments:
                 return segments
 

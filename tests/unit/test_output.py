@@ -60,6 +60,7 @@ async def test_cap_keeps_exactly_cap_bytes_and_marks_once(
     payload = bytes(range(33, 33 + 70)) * 3  # 210 bytes in 30-byte appends
     for i in range(0, len(payload), 30):
         await out.append(payload[i : i + 30])
+    await out.flush()  # written behind the caller: wait for the file
     assert out.task_bytes == 100
     assert out.dropped == 110
     before_close = path.read_bytes()
@@ -98,7 +99,40 @@ async def test_cap_marker_when_an_append_ends_exactly_at_the_cap(
     out = await open_file(path, 10, io)
     await out.append(b"0123456789")
     await out.append(b"more")
+    await out.flush()
     assert path.read_bytes() == b"0123456789" + cap_marker(10)
+
+
+async def test_appends_are_batched_behind_the_caller(
+    tmp_path: Path, io: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one write is in flight, later appends queue up and go out in one writev."""
+    path = tmp_path / "t.output"
+    out = await open_file(path, 1 << 20, io)
+    calls: list[int] = []
+    real_write = OutputFile._write_all
+
+    def write_all(self: OutputFile, data: list[bytes]) -> tuple[int, OSError | None]:
+        calls.append(len(data))
+        return real_write(self, data)
+
+    monkeypatch.setattr(OutputFile, "_write_all", write_all)
+    for i in range(100):
+        await out.append(b"line %d\n" % i)
+    await out.close()
+    assert path.read_bytes() == b"".join(b"line %d\n" % i for i in range(100))
+    assert out.task_bytes == path.stat().st_size
+    assert len(calls) < 10  # not one thread hop per append
+    assert sum(calls) == 100
+
+
+async def test_appends_wait_when_too_much_is_queued(tmp_path: Path, io: ThreadPoolExecutor) -> None:
+    path = tmp_path / "t.output"
+    out = OutputFile(path, 1 << 30, io, high_water=1024)
+    await out.open()
+    await out.append(b"x" * 4096)  # over the high-water mark: returns once written
+    assert out.task_bytes == 4096
+    await out.close()
 
 
 async def test_reopen_appends_and_keeps_counting(tmp_path: Path, io: ThreadPoolExecutor) -> None:
@@ -130,17 +164,20 @@ async def test_full_disk_becomes_a_gap_marker(
     path = tmp_path / "t.output"
     out = await open_file(path, 1024, io)
     await out.append(b"before\n")
+    await out.flush()
     real_write = OutputFile._write_all
     full = True
 
-    def write_all(self: OutputFile, data: bytes) -> tuple[int, OSError | None]:
+    def write_all(self: OutputFile, data: list[bytes]) -> tuple[int, OSError | None]:
         if full:
             return 0, OSError(errno.ENOSPC, "No space left on device")
         return real_write(self, data)
 
     monkeypatch.setattr(OutputFile, "_write_all", write_all)
     await out.append(b"lost 1\n")
+    await out.flush()
     await out.append(b"lost 2\n")
+    await out.flush()
     assert out.gap_bytes == 14
     full = False
     await out.append(b"after\n")
@@ -156,14 +193,15 @@ async def test_a_short_write_on_a_full_disk_keeps_what_fit(
     out = await open_file(path, 1024, io)
     real_write = OutputFile._write_all
 
-    def write_all(self: OutputFile, data: bytes) -> tuple[int, OSError | None]:
-        if data == b"0123456789":
-            written, _ = real_write(self, data[:4])
+    def write_all(self: OutputFile, data: list[bytes]) -> tuple[int, OSError | None]:
+        if b"".join(data) == b"0123456789":
+            written, _ = real_write(self, [data[0][:4]])
             return written, OSError(errno.ENOSPC, "No space left on device")
         return real_write(self, data)
 
     monkeypatch.setattr(OutputFile, "_write_all", write_all)
     await out.append(b"0123456789")
+    await out.flush()
     assert (out.task_bytes, out.gap_bytes) == (4, 6)
     await out.append(b"ok\n")
     await out.close()
