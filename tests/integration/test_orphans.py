@@ -12,7 +12,7 @@ import pytest
 
 from supervisor import Supervisor
 from supervisor.supervisor import _boot_id
-from tests.conftest import require_engine, owned_label
+from tests.conftest import owned_label, require_engine
 
 pytestmark = pytest.mark.timeout(120)
 

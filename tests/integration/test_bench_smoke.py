@@ -1,0 +1,68 @@
+"""`python -m bench.run --quick start throughput` runs end to end and writes its results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+
+ROW_KEYS = {"metric", "unit", "ours", "baseline", "base", "ratio", "target", "passed"}
+
+
+def test_quick_bench_writes_results(tmp_path: Path) -> None:
+    # No skip when the engine is missing: the run fails, and so does this test.
+    out = tmp_path / "results"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.run", "--quick", "--out", str(out), "start", "throughput"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=100)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    for name in ("start", "throughput"):
+        files = sorted(out.glob(f"{name}-*.json"))
+        assert len(files) == 1, sorted(p.name for p in out.iterdir())
+        data = json.loads(files[0].read_text())
+        assert data["name"] == name
+        assert data["quick"] is True
+        assert "bench.run" in data["command"] and "--quick" in data["command"]
+        machine = data["machine"]
+        for key in ("cpu_model", "cores", "ram_gib", "kernel", "engine"):
+            assert machine[key], key
+        assert machine["engine"].get("version"), machine["engine"]
+        assert data["rows"], data
+        for r in data["rows"]:
+            assert set(r) >= ROW_KEYS, r
+            assert r["ours"]["n"] >= 1
+        assert not any(data["errors"].values()), data["errors"]
+    start = json.loads(next(out.glob("start-*.json")).read_text())
+    metrics = {r["metric"]: r for r in start["rows"]}
+    cold = metrics["cold start -> first byte"]
+    assert cold["ours"]["n"] == 5 and cold["base"]["n"] == 5 and cold["ratio"] > 0
+    assert metrics["warm-pool start -> first byte"]["ours"]["p50"] > 0
+    tput = json.loads(next(out.glob("throughput-*.json")).read_text())
+    assert tput["rows"][0]["ours"]["p50"] > 0 and tput["rows"][0]["base"]["p50"] > 0
+    summary = (out / "summary.md").read_text()
+    assert "## start" in summary and "## throughput" in summary
+    assert "ratio" in stdout
+    # Nothing left behind: neither its raw containers nor its supervisor's.
+    client = docker.APIClient(version="auto", timeout=10)
+    for label in (f"io.sbx.test={proc.pid}", f"io.sbx.owner.pid={proc.pid}"):
+        assert not client.containers(all=True, filters={"label": label}), label
