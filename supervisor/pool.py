@@ -24,6 +24,7 @@ log = get_logger("supervisor.pool")
 
 #: Containers idle this long are removed (the pool refills on the next use).
 IDLE_S = 300.0
+_REFILL_DELAY_S = 0.1
 
 
 def pool_script(sentinel: str) -> str:
@@ -88,7 +89,12 @@ class WarmPool:
         loop = asyncio.get_running_loop()
         self._last_use = loop.time()
         pooled = self._ready.pop(0) if self._ready else None
-        self.refill()
+        if pooled is None:
+            self.refill()
+        else:
+            # Refill a moment later: creating a container right now would compete with the
+            # task's own first milliseconds on the engine.
+            loop.call_later(_REFILL_DELAY_S, self.refill)
         return pooled
 
     def refill(self) -> None:
