@@ -29,7 +29,7 @@ class FrameDemux:
         """True when the last feed ended inside a frame (header or payload)."""
         return bool(self._header) or self._remaining > 0
 
-    def feed_views(self, data: bytes) -> list[tuple[int, memoryview]]:
+    def feed_views(self, data: bytes | memoryview) -> list[tuple[int, memoryview]]:
         """Decode ``data``; payload pieces as views into it (valid while ``data`` lives)."""
         out: list[tuple[int, memoryview]] = []
         view = memoryview(data)

@@ -609,14 +609,17 @@ class TaskRunner:
                 if not segments:
                     continue
             parts = []
-            size = 0
+            size = err = 0
             for kind, payload in segments:
                 if kind == 2:
-                    self.capture.stderr_bytes += len(payload)
-                else:
-                    self.capture.stdout_bytes += len(payload)
+                    err += len(payload)
                 size += len(payload)
                 parts.append(payload)
+            # One model update per read (pydantic attribute writes are not free).
+            capture = self.capture
+            if err:
+                capture.stderr_bytes += err
+            capture.stdout_bytes += size - err
             # Views into the engine's stream, written with one writev: no per-line work and
             # no copies on the background path.
             await self._out.append_parts(parts)

@@ -35,9 +35,15 @@ from supervisor.errors import (
 from supervisor.logs import get_logger
 
 T = TypeVar("T")
+P = TypeVar("P", bound=asyncio.BaseProtocol)
 log = get_logger("supervisor.backend.docker")
 
 _READ_SIZE = 1 << 20
+#: Attach streams land in buffers of this size (a new one when less than _MIN_ROOM is left).
+_CHUNK = 1 << 20
+_MIN_ROOM = 64 * 1024
+#: Stop reading from the engine while this much output waits for the capture loop.
+_PAUSE_AT = 8 << 20
 _DEFAULT_SOCKET = "/var/run/docker.sock"
 
 
@@ -101,6 +107,22 @@ class _Endpoint:
     def local(self) -> bool:
         return self.unix_path is not None or self.host in ("127.0.0.1", "localhost", "::1")
 
+    async def connect_protocol(self, factory: Callable[[], P]) -> P:
+        """A connection driven by our own protocol object."""
+        loop = asyncio.get_running_loop()
+        try:
+            if self.unix_path is not None:
+                _, protocol = await loop.create_unix_connection(factory, self.unix_path)
+            else:
+                _, protocol = await loop.create_connection(
+                    factory, self.host, self.port, ssl=self.ssl
+                )
+        except OSError as exc:
+            raise EngineUnavailable(
+                f"cannot connect to the Docker engine at {self.url}: {exc}"
+            ) from exc
+        return protocol
+
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         try:
             if self.unix_path is not None:
@@ -146,51 +168,164 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
     return await reader.read()
 
 
+class _AttachProtocol(asyncio.BufferedProtocol):
+    """A hijacked attach connection: the engine's bytes land directly in our own buffers
+    (no intermediate copies), are split into frames on arrival, and wait as zero-copy views
+    until the capture loop takes all of them at once. Reading pauses while too much waits.
+    """
+
+    def __init__(self, request: bytes) -> None:
+        self._request = request
+        self.transport: asyncio.Transport | None = None
+        self.head = bytearray()
+        self.status: int | None = None
+        self.head_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._buf = bytearray(_CHUNK)
+        self._pos = 0
+        self._demux = FrameDemux()
+        self._segments: list[Segment] = []
+        self._pending = 0
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self.eof = False
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+
+    # -- asyncio callbacks --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(self._request)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self._buf) - self._pos < _MIN_ROOM:
+            # Views handed out keep the old buffer alive until they are written.
+            self._buf = bytearray(_CHUNK)
+            self._pos = 0
+        return memoryview(self._buf)[self._pos :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        data = memoryview(self._buf)[self._pos : self._pos + nbytes]
+        self._pos += nbytes
+        if self.status is None:
+            self._handshake(bytes(data))
+            return
+        self._take(data)
+
+    def _handshake(self, data: bytes) -> None:
+        self.head += data
+        end = self.head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.head) > 65536:
+                self._fail(EngineError("attach: the engine's answer has no end of headers"))
+            return
+        line = bytes(self.head[: self.head.find(b"\r\n")]).decode("latin-1")
+        try:
+            self.status = int(line.split(" ", 2)[1])
+        except (IndexError, ValueError):
+            self._fail(EngineError(f"attach: unexpected answer {line!r}"))
+            return
+        rest = bytes(self.head[end + 4 :])
+        del self.head[end + 4 :]
+        if not self.head_done.done():
+            self.head_done.set_result(None)
+        if rest and self.status in (101, 200):
+            self._take(memoryview(rest))
+
+    def _fail(self, exc: Exception) -> None:
+        if not self.head_done.done():
+            self.head_done.set_exception(exc)
+        if self.transport is not None:
+            self.transport.close()
+
+    def _take(self, data: memoryview) -> None:
+        pieces = self._demux.feed_views(data)
+        if pieces:
+            self._segments.extend(pieces)
+            self._pending += len(data)
+            self._wake()
+        if self._pending > _PAUSE_AT and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        self._can_write.set()
+        if not self.head_done.done():
+            self.head_done.set_exception(
+                EngineUnavailable(f"attach: the engine closed the connection ({exc})")
+            )
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    # -- for the stream -----------------------------------------------------------------
+
+    async def next_segments(self) -> list[Segment] | None:
+        while not self._segments:
+            if self.eof:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        segments, self._segments, self._pending = self._segments, [], 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return segments
+
+    async def drain(self) -> None:
+        await self._can_write.wait()
+
+
 class DockerAttach:
     """A hijacked attach connection read with asyncio: no thread per task."""
 
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, stdin: bool
-    ) -> None:
-        self._reader = reader
-        self._writer = writer
-        self._demux = FrameDemux()
+    def __init__(self, protocol: _AttachProtocol, *, stdin: bool) -> None:
+        self._protocol = protocol
         self._stdin_open = stdin
         self._closed = False
 
     async def read(self) -> list[Segment] | None:
-        while True:
-            try:
-                data = await self._reader.read(_READ_SIZE)
-            except (ConnectionError, OSError):
-                data = b""
-            if not data:
-                return None
-            segments: list[Segment] = list(self._demux.feed_views(data))
-            if segments:
-                return segments
+        return await self._protocol.next_segments()
 
     async def write(self, data: bytes) -> None:
-        if not self._stdin_open or self._closed:
+        transport = self._protocol.transport
+        if not self._stdin_open or self._closed or transport is None or transport.is_closing():
             raise BrokenPipeError("stdin is closed")
-        self._writer.write(data)
-        await self._writer.drain()
+        transport.write(data)
+        await self._protocol.drain()
 
     async def close_stdin(self) -> None:
-        if self._stdin_open and not self._closed:
+        transport = self._protocol.transport
+        if self._stdin_open and not self._closed and transport is not None:
             self._stdin_open = False
             with contextlib.suppress(OSError, RuntimeError):
-                if self._writer.can_write_eof():
-                    self._writer.write_eof()
-                await self._writer.drain()
+                if transport.can_write_eof():
+                    transport.write_eof()
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._writer.close()
-        with contextlib.suppress(OSError, ConnectionError, asyncio.CancelledError):
-            await asyncio.wait_for(self._writer.wait_closed(), 2)
+        if self._protocol.transport is not None:
+            self._protocol.transport.close()
 
 
 def _state_from_inspect(data: dict[str, Any]) -> ContainerState:
@@ -386,32 +521,28 @@ class DockerBackend:
 
     async def attach(self, container_id: str, *, stdin: bool, logs: bool) -> AttachedStream:
         await self._api()
-        reader, writer = await self._endpoint.connect()
         query = urllib.parse.urlencode(
             {"stream": 1, "stdout": 1, "stderr": 1, "stdin": int(stdin), "logs": int(logs)}
         )
-        writer.write(
-            (
-                f"POST {self._api_prefix}/containers/{container_id}/attach?{query} HTTP/1.1\r\n"
-                "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n"
-                "Content-Length: 0\r\n\r\n"
-            ).encode()
-        )
+        request = (
+            f"POST {self._api_prefix}/containers/{container_id}/attach?{query} HTTP/1.1\r\n"
+            "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n"
+            "Content-Length: 0\r\n\r\n"
+        ).encode()
+        protocol = await self._endpoint.connect_protocol(lambda: _AttachProtocol(request))
         try:
-            await writer.drain()
-            status, headers = await _read_head(reader)
+            await asyncio.wait_for(asyncio.shield(protocol.head_done), 60)
         except BaseException:
-            writer.close()
+            if protocol.transport is not None:
+                protocol.transport.close()
             raise
-        if status not in (101, 200):
-            body = b""
-            with contextlib.suppress(Exception):
-                body = await asyncio.wait_for(_read_body(reader, headers), 5)
-            writer.close()
-            if status == 404:
+        if protocol.status not in (101, 200):
+            if protocol.transport is not None:
+                protocol.transport.close()
+            if protocol.status == 404:
                 raise EngineError(f"attach: no such container {container_id[:12]}")
-            raise EngineError(f"attach {container_id[:12]}: HTTP {status}: {body[:200]!r}")
-        return DockerAttach(reader, writer, stdin=stdin)
+            raise EngineError(f"attach {container_id[:12]}: HTTP {protocol.status}")
+        return DockerAttach(protocol, stdin=stdin)
 
     async def start(self, container_id: str) -> None:
         try:
