@@ -39,9 +39,9 @@ P = TypeVar("P", bound=asyncio.BaseProtocol)
 log = get_logger("supervisor.backend.docker")
 
 _READ_SIZE = 1 << 20
-#: Attach streams land in buffers of this size (a new one when less than _MIN_ROOM is left).
+#: Attach streams land in buffers of these sizes (a new one when 1/16 is left).
 _CHUNK = 1 << 20
-_MIN_ROOM = 64 * 1024
+_SMALL_CHUNK = 16 * 1024
 #: Stop reading from the engine while this much output waits for the capture loop.
 _PAUSE_AT = 8 << 20
 _DEFAULT_SOCKET = "/var/run/docker.sock"
@@ -180,8 +180,10 @@ class _AttachProtocol(asyncio.BufferedProtocol):
         self.head = bytearray()
         self.status: int | None = None
         self.head_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._buf = bytearray(_CHUNK)
+        # Quiet tasks keep a small buffer; a stream that fills one fast gets large ones.
+        self._buf = bytearray(_SMALL_CHUNK)
         self._pos = 0
+        self._buf_since = 0.0
         self._demux = FrameDemux()
         self._segments: list[Segment] = []
         self._pending = 0
@@ -199,10 +201,15 @@ class _AttachProtocol(asyncio.BufferedProtocol):
         transport.write(self._request)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if len(self._buf) - self._pos < _MIN_ROOM:
-            # Views handed out keep the old buffer alive until they are written.
-            self._buf = bytearray(_CHUNK)
+        if len(self._buf) - self._pos < len(self._buf) // 16:
+            # A fresh buffer (views handed out keep the old one alive until written): large
+            # when the last one filled within 50 ms (a flood), small otherwise (a quiet task
+            # costs 16 KiB, not 1 MiB).
+            now = asyncio.get_running_loop().time()
+            fast = now - self._buf_since < 0.05
+            self._buf = bytearray(_CHUNK if fast else _SMALL_CHUNK)
             self._pos = 0
+            self._buf_since = now
         return memoryview(self._buf)[self._pos :]
 
     def buffer_updated(self, nbytes: int) -> None:
