@@ -26,6 +26,7 @@ import docker.utils.socket
 
 from supervisor import Supervisor, TaskSpec
 from supervisor.backend.docker import request_to_config
+from supervisor.demux import FrameDemux
 from supervisor.policy import PolicySet
 from supervisor.resolve import container_request, resolve
 from supervisor.session import Session
@@ -507,63 +508,28 @@ def read_first_payload(sock: Any) -> None:
 
 
 class CountingDemux:
-    """Parses the engine's 8-byte frame headers and counts payload bytes without copying."""
-
-    __slots__ = ("_header", "_remaining", "payload")
+    """The engine's stream framing (supervisor.demux) counting payload bytes, no copies."""
 
     def __init__(self) -> None:
-        self._header = b""
-        self._remaining = 0
+        self._demux = FrameDemux()
         self.payload = 0
 
     def feed(self, data: bytes) -> None:
-        pos, end = 0, len(data)
-        while pos < end:
-            if self._remaining == 0:
-                need = 8 - len(self._header)
-                if end - pos < need:
-                    self._header += data[pos:end]
-                    return
-                header = self._header + data[pos : pos + need]
-                self._header = b""
-                pos += need
-                self._remaining = int.from_bytes(header[4:8], "big")
-                continue
-            take = min(self._remaining, end - pos)
-            self.payload += take
-            self._remaining -= take
-            pos += take
+        self.payload += sum(len(piece) for _, piece in self._demux.feed_views(data))
 
 
 class LineDemux:
-    """Frame demux that returns complete payload lines (for small, line-oriented streams)."""
+    """The engine's stream framing returning complete payload lines (small streams)."""
 
     def __init__(self) -> None:
-        self._header = b""
-        self._remaining = 0
+        self._demux = FrameDemux()
         self._partial = b""
 
     def feed(self, data: bytes) -> list[bytes]:
-        payload = []
-        pos, end = 0, len(data)
-        while pos < end:
-            if self._remaining == 0:
-                need = 8 - len(self._header)
-                if end - pos < need:
-                    self._header += data[pos:end]
-                    break
-                header = self._header + data[pos : pos + need]
-                self._header = b""
-                pos += need
-                self._remaining = int.from_bytes(header[4:8], "big")
-                continue
-            take = min(self._remaining, end - pos)
-            payload.append(data[pos : pos + take])
-            self._remaining -= take
-            pos += take
-        if not payload:
+        pieces = self._demux.feed(data)
+        if not pieces:
             return []
-        buf = self._partial + b"".join(payload)
+        buf = self._partial + b"".join(piece for _, piece in pieces)
         *lines, self._partial = buf.split(b"\n")
         return lines
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -24,6 +24,21 @@ def parse_duration_ms(text: str, *, default_unit: str = "s") -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be at least 1ms")
     return value
+
+
+def nonnegative_int(what: str) -> Callable[[str], int]:
+    """argparse type: an integer >= 0 (``what`` names it in the error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+        return value
+
+    return parse
 
 
 def duration_s(text: str) -> float:

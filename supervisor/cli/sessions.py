@@ -7,7 +7,13 @@ import json
 import sys
 from typing import Any
 
-from supervisor.cli.common import HelpFormatter, print_json, print_table, want_plain
+from supervisor.cli.common import (
+    HelpFormatter,
+    nonnegative_int,
+    print_json,
+    print_table,
+    want_plain,
+)
 from supervisor.cli.remote import (
     CliError,
     add_daemon_options,
@@ -123,14 +129,7 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     end.set_defaults(func=lambda a: call(a, _session_end))
 
 
-def _seq(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an event seq number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+_seq = nonnegative_int("an event seq number")
 
 
 # -- events -------------------------------------------------------------------------------

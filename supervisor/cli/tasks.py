@@ -13,6 +13,7 @@ from supervisor.cli.common import (
     HelpFormatter,
     duration_s,
     fail,
+    nonnegative_int,
     print_json,
     print_table,
     want_plain,
@@ -176,14 +177,7 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     wait.set_defaults(func=_wait_checked)
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of lines, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+_count = nonnegative_int("a number of lines")
 
 
 # -- ps -----------------------------------------------------------------------------------
