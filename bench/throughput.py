@@ -25,18 +25,28 @@ from supervisor import TaskSpec
 from supervisor.session import Session
 
 NAME = "throughput"
-TITLE = "1 GiB on stdout -> MB/s (head -c N /dev/zero, sbx/minimal)"
+TITLE = "1 GiB on stdout -> MB/s (NUL bytes and 100-byte text lines, sbx/minimal)"
 MB = 1_000_000
 
+# A 100-byte line (99 printable characters and a newline), the shape of a build or test log.
+LINE = "".join(chr(33 + i % 94) for i in range(99)).replace("'", "_")
+# Two shapes of output, because the engine's json-file log (which every container path
+# pays, ours included) costs very differently on them: NUL bytes without newlines become a
+# few large records, escaped as \u0000 (6x); text lines become one record per line.
+CONTENTS = {
+    "zeros": "head -c SIZE /dev/zero",
+    "lines": "yes '" + LINE + "' | head -c SIZE",
+}
 
-def command(size: int) -> str:
-    return f"head -c {size} /dev/zero"
+
+def command(size: int, content: str = "zeros") -> str:
+    return CONTENTS[content].replace("SIZE", str(size))
 
 
-async def _ours(session: Session, size: int) -> dict[str, float]:
+async def _ours(session: Session, size: int, content: str) -> dict[str, float]:
     cpu0 = time.process_time()
     t0 = time.perf_counter()
-    info = await session.start(TaskSpec(command=command(size), policy="bench"))
+    info = await session.start(TaskSpec(command=command(size, content), policy="bench"))
     runner = session._runner(info.task_id)
     await runner.wait_output(0, 120)
     t_first = time.perf_counter()
@@ -64,9 +74,9 @@ async def _ours(session: Session, size: int) -> dict[str, float]:
     }
 
 
-async def _raw_attach(ctx: Ctx, size: int) -> dict[str, float]:
+async def _raw_attach(ctx: Ctx, size: int, content: str) -> dict[str, float]:
     raw = ctx.raw
-    cid = await offload(raw.create, command(size), "bench")
+    cid = await offload(raw.create, command(size, content), "bench")
     try:
         cpu0 = time.process_time()
         t0 = time.perf_counter()
@@ -98,9 +108,9 @@ async def _raw_attach(ctx: Ctx, size: int) -> dict[str, float]:
     }
 
 
-async def _docker_logs(ctx: Ctx, size: int) -> dict[str, float]:
+async def _docker_logs(ctx: Ctx, size: int, content: str) -> dict[str, float]:
     raw = ctx.raw
-    cid = await offload(raw.create, command(size), "bench")
+    cid = await offload(raw.create, command(size, content), "bench")
     try:
         t0 = time.perf_counter()
         await offload(raw.client.start, cid)
@@ -142,11 +152,9 @@ async def _docker_logs(ctx: Ctx, size: int) -> dict[str, float]:
     }
 
 
-def _pipe_python(size: int) -> dict[str, float]:
+def _pipe_python(size: int, content: str) -> dict[str, float]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        ["head", "-c", str(size), "/dev/zero"], stdout=subprocess.PIPE, bufsize=0
-    )
+    proc = subprocess.Popen(["sh", "-c", command(size, content)], stdout=subprocess.PIPE, bufsize=0)
     assert proc.stdout is not None
     got = 0
     t_first = None
@@ -164,9 +172,9 @@ def _pipe_python(size: int) -> dict[str, float]:
     return {"bytes": got, "first_to_last_s": t_last - t_first, "total_s": t_last - t0}
 
 
-def _pipe_shell(size: int) -> dict[str, float]:
+def _pipe_shell(size: int, content: str) -> dict[str, float]:
     t0 = time.perf_counter()
-    subprocess.run(["sh", "-c", f"head -c {size} /dev/zero | cat > /dev/null"], check=True)
+    subprocess.run(["sh", "-c", f"{command(size, content)} | cat > /dev/null"], check=True)
     elapsed = time.perf_counter() - t0
     return {"bytes": size, "first_to_last_s": elapsed, "total_s": elapsed}
 
@@ -179,112 +187,117 @@ async def run(ctx: Ctx) -> Result:
     size = 64 * 1024 * 1024 if ctx.quick else 1024 * 1024 * 1024
     rounds = 1 if ctx.quick else 2
     res = Result(NAME, TITLE)
-    res.config = {"bytes": size, "rounds": rounds, "command": command(size), "policy": "bench"}
+    res.config = {
+        "bytes": size,
+        "rounds": rounds,
+        "commands": {c: command(size, c) for c in CONTENTS},
+        "policy": "bench",
+    }
+    variants = ["ours", "raw_attach", "docker_logs", "pipe_python", "pipe_shell"]
     samples: dict[str, list[dict[str, float]]] = {
-        "ours": [],
-        "raw_attach": [],
-        "docker_logs": [],
-        "pipe_python": [],
-        "pipe_shell": [],
+        f"{c}/{v}": [] for c in CONTENTS for v in variants
     }
     errors = dict.fromkeys(samples, 0)
     async with ctx.supervisor(NAME) as sup:
         session = await sup.open_session("bench-throughput")
 
-        async def measure(name: str) -> None:
+        async def measure(content: str, name: str) -> None:
+            key = f"{content}/{name}"
             try:
                 if name == "ours":
-                    s = await _ours(session, size)
+                    s = await _ours(session, size, content)
                 elif name == "raw_attach":
-                    s = await _raw_attach(ctx, size)
+                    s = await _raw_attach(ctx, size, content)
                 elif name == "docker_logs":
-                    s = await _docker_logs(ctx, size)
+                    s = await _docker_logs(ctx, size, content)
                 elif name == "pipe_python":
-                    s = await asyncio.to_thread(_pipe_python, size)
+                    s = await asyncio.to_thread(_pipe_python, size, content)
                 else:
-                    s = await asyncio.to_thread(_pipe_shell, size)
+                    s = await asyncio.to_thread(_pipe_shell, size, content)
             except Exception as exc:
-                errors[name] += 1
-                say(f"{name} failed: {exc!r}")
+                errors[key] += 1
+                say(f"{key} failed: {exc!r}")
                 return
-            samples[name].append(s)
-            prog.step(extra=f"{name} {mbps(s):.0f} MB/s")
+            samples[key].append(s)
+            prog.step(extra=f"{key} {mbps(s):.0f} MB/s")
 
-        order = list(samples)
-        prog = Progress("throughput: runs", rounds * len(order))
-        for i in range(rounds):
-            # ABCD then DCBA: drift over the run hits every variant alike.
-            for name in order if i % 2 == 0 else list(reversed(order)):
-                await measure(name)
+        prog = Progress("throughput: runs", rounds * len(samples))
+        for content in CONTENTS:
+            for i in range(rounds):
+                # ABCDE then EDCBA: drift over the run hits every variant alike.
+                for name in variants if i % 2 == 0 else list(reversed(variants)):
+                    await measure(content, name)
         await session.end()
 
     rate = {k: [mbps(s) for s in v] for k, v in samples.items()}
-    ours = rate["ours"]
     hib = {"higher_is_better": True}
-    res.rows.append(
-        row(
-            "into output file vs raw attach",
-            "MB/s",
-            ours,
-            baseline="raw asyncio attach+demux",
-            base=rate["raw_attach"],
-            **hib,
-        )
-    )
-    res.rows.append(
-        row(
-            "into output file vs docker logs -f",
-            "MB/s",
-            ours,
-            baseline="docker logs -f | read",
-            base=rate["docker_logs"],
-            **hib,
-        )
-    )
-    res.rows.append(
-        row(
-            "into output file vs host pipe",
-            "MB/s",
-            ours,
-            baseline="host pipe, Python read",
-            base=rate["pipe_python"],
-            **hib,
-        )
-    )
-    res.rows.append(
-        row(
-            "host pipe, shell (head | cat)",
-            "MB/s",
-            rate["pipe_shell"],
-            baseline="host pipe, Python read",
-            base=rate["pipe_python"],
-            **hib,
-        )
-    )
     per_gib = 1024**3 / size
-    res.rows.append(
-        row(
-            "our process CPU per GiB",
-            "cpu-s",
-            [s["cpu_s"] * per_gib for s in samples["ours"]],
-            baseline="raw attach reader",
-            base=[s["cpu_s"] * per_gib for s in samples["raw_attach"]],
+    for c in CONTENTS:
+        what = "NUL bytes" if c == "zeros" else "100-byte lines"
+        ours = rate[f"{c}/ours"]
+        res.rows.append(
+            row(
+                f"{what}: into output file vs raw attach",
+                "MB/s",
+                ours,
+                baseline="raw asyncio attach+demux",
+                base=rate[f"{c}/raw_attach"],
+                **hib,
+            )
         )
-    )
-    lost = [s.get("lost_bytes", 0) for s in samples["docker_logs"]]
-    if any(lost):
-        res.notes.append(
-            f"docker logs -f missed {max(lost):,} bytes in a run (json-file rotation overtook "
-            "the follower); its MB/s counts only what it delivered."
+        res.rows.append(
+            row(
+                f"{what}: into output file vs docker logs -f",
+                "MB/s",
+                ours,
+                baseline="docker logs -f | read",
+                base=rate[f"{c}/docker_logs"],
+                **hib,
+            )
         )
+        res.rows.append(
+            row(
+                f"{what}: into output file vs host pipe",
+                "MB/s",
+                ours,
+                baseline="host pipe, Python read",
+                base=rate[f"{c}/pipe_python"],
+                **hib,
+            )
+        )
+        res.rows.append(
+            row(
+                f"{what}: host pipe, shell (... | cat)",
+                "MB/s",
+                rate[f"{c}/pipe_shell"],
+                baseline="host pipe, Python read",
+                base=rate[f"{c}/pipe_python"],
+                **hib,
+            )
+        )
+        res.rows.append(
+            row(
+                f"{what}: our process CPU per GiB",
+                "cpu-s",
+                [s["cpu_s"] * per_gib for s in samples[f"{c}/ours"]],
+                baseline="raw attach reader",
+                base=[s["cpu_s"] * per_gib for s in samples[f"{c}/raw_attach"]],
+            )
+        )
+        lost = [s.get("lost_bytes", 0) for s in samples[f"{c}/docker_logs"]]
+        if any(lost):
+            res.notes.append(
+                f"{what}: docker logs -f missed {max(lost):,} bytes in a run (json-file "
+                "rotation overtook the follower); its MB/s counts only what it delivered."
+            )
     res.errors = errors
     res.samples = samples
     res.notes.append(
         "MB/s = bytes / (last byte - first byte). Ours: bytes in the task's output file (first "
         "byte via wait_output, the last by a 5 ms poll of the file size), checked complete, "
-        "file deleted afterwards. The "
-        "engine also writes each byte to the container's json-file log (NUL bytes are stored "
-        "as \\u0000, about 6x), on every container path alike; the host pipe pays none of it. "
-        "CPU per GiB is this process's (all threads), not dockerd's."
+        "file deleted afterwards. The engine also writes each byte to the container's "
+        "json-file log, on every container path alike (NUL bytes are stored as \\u0000, about "
+        "6x; text lines cost one JSON record each); the host pipe pays none of it. CPU per GiB "
+        "is this process's (all threads), not dockerd's."
     )
     return res
