@@ -44,9 +44,6 @@ _CHUNK = 1 << 20
 _SMALL_CHUNK = 16 * 1024
 #: Stop reading from the engine while this much output waits for the capture loop.
 _PAUSE_AT = 8 << 20
-#: Large buffers a fast stream keeps for reuse once nothing points into them: a fresh
-#: 1 MiB bytearray is zero-filled and faulted in again on every allocation.
-_SPARES = 4
 _DEFAULT_SOCKET = "/var/run/docker.sock"
 
 
@@ -187,7 +184,6 @@ class _AttachProtocol(asyncio.BufferedProtocol):
         self._buf = bytearray(_SMALL_CHUNK)
         self._pos = 0
         self._buf_since = 0.0
-        self._spares: list[bytearray] = []
         self._demux = FrameDemux()
         self._segments: list[Segment] = []
         self._pending = 0
@@ -211,29 +207,10 @@ class _AttachProtocol(asyncio.BufferedProtocol):
             # costs 16 KiB, not 1 MiB).
             now = asyncio.get_running_loop().time()
             fast = now - self._buf_since < 0.05
-            old = self._buf
-            if not fast:
-                self._spares.clear()
-                self._buf = bytearray(_SMALL_CHUNK)
-            else:
-                if len(old) == _CHUNK and len(self._spares) < _SPARES:
-                    self._spares.append(old)
-                self._buf = self._reusable() or bytearray(_CHUNK)
+            self._buf = bytearray(_CHUNK if fast else _SMALL_CHUNK)
             self._pos = 0
             self._buf_since = now
         return memoryview(self._buf)[self._pos :]
-
-    def _reusable(self) -> bytearray | None:
-        """A spare large buffer no view refers to any more (all its bytes written out)."""
-        for i, buf in enumerate(self._spares):
-            try:
-                # Resizing is refused while any memoryview of the buffer is alive.
-                buf.append(0)
-                buf.pop()
-            except BufferError:
-                continue
-            return self._spares.pop(i)
-        return None
 
     def buffer_updated(self, nbytes: int) -> None:
         data = memoryview(self._buf)[self._pos : self._pos + nbytes]
