@@ -39,7 +39,7 @@ CONTENTS = {
 }
 
 
-def command(size: int, content: str = "zeros") -> str:
+def command(size: int, content: str) -> str:
     return CONTENTS[content].replace("SIZE", str(size))
 
 

@@ -1,4 +1,4 @@
-"""CLI helpers: durations."""
+"""CLI helpers: durations, non-negative integers, and how the parser reports bad values."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 
-from supervisor.cli.common import duration_ms, duration_s, parse_duration_ms
+from supervisor.cli.common import duration_ms, duration_s, nonnegative_int, parse_duration_ms
+from supervisor.cli.main import build_parser
 
 
 @pytest.mark.parametrize(
@@ -68,3 +69,41 @@ def test_argparse_types() -> None:
     assert parser.parse_args(["--timeout", "30s"]).timeout == 30_000
     with pytest.raises(argparse.ArgumentError, match="invalid duration 'soon'"):
         parser.parse_args(["--timeout", "soon"])
+
+
+@pytest.mark.parametrize(("text", "value"), [("0", 0), ("7", 7), ("123456", 123456)])
+def test_nonnegative_int_accepts(text: str, value: int) -> None:
+    assert nonnegative_int("a count")(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("-1", "must be 0 or more, got -1"),
+        ("abc", "expected a count, got 'abc'"),
+        ("1.5", "expected a count, got '1.5'"),
+        ("", "expected a count, got ''"),
+    ],
+)
+def test_nonnegative_int_rejects(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as err:
+        nonnegative_int("a count")(text)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["events", "--since", "-1"], "argument --since: must be 0 or more, got -1"),
+        (["events", "--since", "x"], "argument --since: expected an event seq number, got 'x'"),
+        (["logs", "T", "--tail", "-3"], "argument --tail: must be 0 or more, got -3"),
+        (["logs", "T", "--tail", "abc"], "argument --tail: expected a number of lines, got 'abc'"),
+    ],
+)
+def test_cli_names_the_option_and_the_bad_value(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
