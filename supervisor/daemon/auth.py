@@ -30,14 +30,23 @@ class Principal:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Create ``path`` with mode 0600 from the start (never world-readable, not even briefly)."""
+    """Replace ``path`` atomically with a file of mode 0600 from the start (never
+    world-readable, not even briefly). Readers see the old content or the new, never an
+    empty or half-written file (a client reading daemon.json while a daemon restarts)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, text.encode())
-    finally:
+        data = memoryview(text.encode())
+        while data:
+            data = data[os.write(fd, data) :]
+        os.fchmod(fd, 0o600)
+    except BaseException:
         os.close(fd)
-    os.chmod(path, 0o600)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
 
 
 class Auth:
