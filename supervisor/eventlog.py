@@ -156,6 +156,23 @@ class EventLog:
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
 
+    async def caught_up(self) -> None:
+        """Wait until every event emitted before this call is published (and stored, unless
+        the store is failing). Unlike ``flushed``, events emitted meanwhile do not extend the
+        wait, so a busy session cannot hold a caller here."""
+        target = self._next_seq - 1
+        while self._published_seq < target:
+            flusher = self._flusher
+            if flusher is None or flusher.done():
+                if flusher is not None and not flusher.cancelled() and flusher.exception():
+                    raise RuntimeError("the event log's flusher failed") from flusher.exception()
+                return
+            changed = asyncio.ensure_future(self._changed.wait())
+            try:
+                await asyncio.wait({flusher, changed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+
     def add_sink(
         self, sink: Sink, *, after_seq: int | None = None, max_lag: int | None = None
     ) -> SinkRunner:
@@ -248,7 +265,9 @@ class EventLog:
 
     async def follow(self, after_seq: int = 0, *, follow: bool = True) -> AsyncIterator[BaseEvent]:
         """Replay events after ``after_seq``, then (with ``follow``) wait for new ones until the
-        log closes. A slow reader only slows itself."""
+        log closes. A slow reader only slows itself. Everything emitted before the call is
+        included, also without ``follow``."""
+        await self.caught_up()
         cursor = after_seq
         while True:
             batch = await self.read_after(cursor, 1000)

@@ -8,7 +8,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +106,8 @@ class RunnerContext:
     persist: Callable[[str, TaskRecord], Any]
     watch: Any = None
     """The stall watcher service (or None)."""
+    caught_up: Callable[[], Awaitable[None]] | None = None
+    """Coroutine: returns once every event emitted so far is stored and published."""
     prepare_network: Callable[[], Any] | None = None
     check_runtime: Callable[[str], Any] | None = None
     """Coroutine raising RuntimeUnavailable when the policy's runtime cannot run containers."""
@@ -809,6 +811,10 @@ class TaskRunner:
         self.log.info(
             "task_ended", status=outcome.status, reason=outcome.reason, exit_code=outcome.exit_code
         )
+        if self.ctx.caught_up is not None:
+            # wait() and stop() return only once the terminal event can be read from the
+            # session's log (a reader right after wait() must find it).
+            await asyncio.shield(self.ctx.caught_up())
         self._final.set()
         await self._persist("ended")
         if remove:

@@ -219,6 +219,7 @@ class Session:
             backend=sup.backend,
             io=sup.io,
             emit=self._log.emit,
+            caught_up=self._log.caught_up,
             persist=self._persist_task,
             watch=sup.stall_watcher,
             prepare_network=prepare,
@@ -231,7 +232,7 @@ class Session:
         )
 
     async def _task_events(self, task_id: str, types: tuple[str, ...]) -> list[BaseEvent]:
-        await self._log.flushed()
+        await self._log.caught_up()
         rows = await self._sup.store.task_events(self.session_id, task_id, types)
         return [parse_event(r) for r in rows]
 

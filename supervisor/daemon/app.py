@@ -533,8 +533,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     async def stop_task(session_id: str, task_id: str, who: Who) -> dict[str, Any]:
         """SIGTERM, grace period, SIGKILL. 409 with the final status if it already ended."""
         session = session_of(session_id, who)
-        info = await session.stop(task_id)
-        await session.event_log.flushed()  # the terminal event is readable once we answer
+        info = await session.stop(task_id)  # returns once the terminal event is readable
         return task_json(info)
 
     @app.post("/sessions/{session_id}/tasks/{task_id}/input", status_code=204, tags=["tasks"])
@@ -593,9 +592,8 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
             info = await session.wait(task_id, body.timeout_s)
         except WaitTimeout:
             return {"timed_out": True, "task": task_json(await session.get(task_id))}
-        # The terminal event is emitted before the task counts as final but published by the
-        # log's flusher: without this, /events and /notifications could lag the answer.
-        await session.event_log.flushed()
+        # session.wait returns once the terminal event is stored and published, so /events
+        # and /notifications never lag this answer.
         return {"timed_out": False, "task": task_json(info)}
 
     @app.post("/sessions/{session_id}/tasks/{task_id}/wait-for", tags=["tasks"])
@@ -615,6 +613,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
 
     async def _read(session: Session, after: int, limit: int, wait_s: float) -> list[BaseEvent]:
         log = session.event_log
+        await log.caught_up()  # everything emitted before the request is readable
         events = await log.read_after(after, limit)
         if not events and wait_s > 0 and not log.closed:
             await log.wait_beyond(after, wait_s)
@@ -736,6 +735,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
         .../ack with ``cursor``: nothing reaches the agent twice, nothing is lost."""
         session = session_of(session_id, who)
         acked = await sup.store.get_cursor(session_id, consumer)
+        await session.event_log.caught_up()
         batch = await session.event_log.read_after(acked, limit)
         cursor = batch[-1].seq if batch else acked
         items = [_render(e, format) for e in _notifications(batch)]

@@ -21,7 +21,7 @@ from supervisor import (
     TaskSpec,
     WaitTimeout,
 )
-from supervisor.events import BaseEvent
+from supervisor.events import BaseEvent, parse_event
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -227,6 +227,21 @@ async def test_output_cap_drops_with_record_and_task_keeps_running(sup: Supervis
     assert data.startswith(b"x" * 4096)
     assert b"output cap of 4096 bytes reached" in data
     assert f"{info.dropped_bytes} bytes of output were dropped".encode() in data
+
+
+async def test_terminal_event_is_stored_before_wait_and_stop_return(sup: Supervisor) -> None:
+    # A reader right after wait()/stop() (another process reading the store, a long-poll)
+    # must find the terminal event; it used to be still queued for the store.
+    session = await sup.open_session("wait-then-read")
+    for round_ in range(10):
+        quick = await session.start(TaskSpec(command="true", policy="fast"))
+        done = await session.wait(quick.task_id, timeout_s=60)
+        long = await session.start(TaskSpec(command="sleep 60", policy="fast"))
+        stopped = await session.stop(long.task_id)
+        assert (done.status, stopped.reason) == ("completed", "user_stopped"), round_
+        rows = [parse_event(r) for r in await sup.store.read_events(session.session_id, 0, 10_000)]
+        for task_id in (quick.task_id, long.task_id):
+            assert [e.type for e in terminal(rows, task_id)] == ["task.stopped"], (round_, task_id)
 
 
 async def test_wait_timeout_and_input(sup: Supervisor) -> None:

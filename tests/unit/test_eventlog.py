@@ -96,6 +96,37 @@ async def test_follow_from_the_middle_and_without_following(store: StateStore) -
     await log.aclose()
 
 
+async def test_reading_without_following_includes_what_was_just_emitted(
+    store: StateStore,
+) -> None:
+    # No flushed() between emit and read: the batch is still queued for the store.
+    log = await new_log(store)
+    for i in range(3):
+        log.emit(out(i))
+    assert seqs(await collect(log, 0, follow=False)) == [1, 2, 3]
+    await log.aclose()
+
+
+async def test_caught_up_is_not_extended_by_later_events(store: StateStore) -> None:
+    log = await new_log(store)
+    log.emit(out(0))
+    stop = asyncio.Event()
+
+    async def chatter() -> None:  # keeps the flusher busy for as long as it runs
+        i = 1
+        while not stop.is_set():
+            log.emit(out(i))
+            i += 1
+            await asyncio.sleep(0)
+
+    noisy = asyncio.create_task(chatter())
+    await asyncio.wait_for(log.caught_up(), 10)
+    assert log.last_seq >= 1
+    stop.set()
+    await noisy
+    await log.aclose()
+
+
 async def test_emit_after_close_is_an_error(store: StateStore) -> None:
     log = await new_log(store)
     await log.aclose()
