@@ -309,14 +309,10 @@ async def ensure_daemon(
 ) -> SbxClient:
     """A client for the local daemon, starting ``sbx serve`` in the background if none
     answers (and saying so on stderr). ``$SBX_DAEMON_ARGS`` adds options to that command."""
-    client = SbxClient.for_state_dir(state_dir)
     if os.environ.get("SBX_URL"):
-        return client
-    try:
-        await client.healthz()
-        return client
-    except DaemonNotRunning:
-        await client.aclose()
+        return SbxClient.for_state_dir(state_dir)
+    if await _answers(state_dir):
+        return SbxClient.for_state_dir(state_dir)
     state = state_dir or default_state_dir()
     log_path = state / "daemon" / "daemon.log"
     log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -334,14 +330,22 @@ async def ensure_daemon(
         if proc.poll() is not None:
             tail = log_path.read_text(errors="replace")[-2000:]
             raise DaemonNotRunning(f"the daemon exited with {proc.returncode}:\n{tail}")
-        client = SbxClient.for_state_dir(state_dir)
-        try:
-            await client.healthz()
-            return client
-        except DaemonNotRunning:
-            await client.aclose()
+        if await _answers(state_dir):
+            return SbxClient.for_state_dir(state_dir)
         await asyncio.sleep(0.1)
     raise DaemonNotRunning(f"the daemon did not answer within {wait_s:.0f} s (log: {log_path})")
+
+
+async def _answers(state_dir: Path | None) -> bool:
+    """Whether the daemon of ``state_dir`` answers. The client callers use is built only
+    afterwards: a daemon writes its admin token before it listens, so a client built before
+    the daemon answered could lack the token (and get 401 from a daemon it just started)."""
+    async with SbxClient.for_state_dir(state_dir) as probe:
+        try:
+            await probe.healthz()
+        except DaemonNotRunning:
+            return False
+    return True
 
 
 def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
