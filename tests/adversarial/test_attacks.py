@@ -541,14 +541,24 @@ async def test_zombie_factory_is_reaped_by_init(arena: Arena) -> None:
 # Orphans: a middle process forks children and exits without waiting for them; they end
 # up with PID 1 (the init), which must reap them. Few at a time (gVisor pays ~9 host
 # threads per process out of pids.max).
+# The middle reports its children's pids, so we can wait until they are gone (reaped).
+orphans = []
 for _ in range(10):
+    rfd, wfd = os.pipe()
     middle = os.fork()
     if middle == 0:
+        os.close(rfd)
         for _ in range(5):
-            if os.fork() == 0:
+            pid = os.fork()
+            if pid == 0:
+                os.close(wfd)
                 time.sleep(0.01)
                 os._exit(0)
+            os.write(wfd, b"%d " % pid)
         os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd) as fh:
+        orphans += [int(line) for line in fh.read().split()]
     os.waitpid(middle, 0)
 # Our own children, deliberately not waited for yet: these must show as zombies.
 own = []
@@ -568,10 +578,19 @@ def zombies():
             if st.rsplit(")", 1)[1].split()[0] == "Z":
                 out.append(int(d))
     return sorted(out)
+def left():  # orphans not reaped yet (alive, or zombies nobody waited for)
+    return [p for p in orphans if p not in own and os.path.exists(f"/proc/{p}")]
+# One snapshot per round: an orphan still sleeping is not a zombie yet, but may be one a
+# moment later; only "no orphan left and exactly our own zombies" ends the wait.
 deadline = time.time() + 10
-while zombies() != sorted(own) and time.time() < deadline:
+while True:
+    snap_left, snap_zombies = left(), zombies()
+    if (not snap_left and snap_zombies == sorted(own)) or time.time() > deadline:
+        break
     time.sleep(0.05)
-R["zombies"] = zombies()
+R["orphans"] = len(orphans)
+R["orphans_left"] = snap_left
+R["zombies"] = snap_zombies
 R["own"] = sorted(own)
 for pid in own:
     os.waitpid(pid, 0)
@@ -580,6 +599,7 @@ R["after"] = zombies()
     )
     assert r.info.status == "completed", r.text
     res = r.result()
+    assert res["orphans"] == 50 and res["orphans_left"] == [], res
     assert res["zombies"] == res["own"] and len(res["own"]) == 3, res
     assert res["after"] == []
     await arena.finish()
