@@ -40,7 +40,7 @@ class EventLog:
         store: StateStore,
         *,
         memory_events: int = 20_000,
-        memory_bytes: int = 64 * 1024 * 1024,
+        memory_bytes: int = 32 * 1024 * 1024,
         retention_events: int = 100_000,
         sink_max_lag: int = 10_000,
     ) -> None:
