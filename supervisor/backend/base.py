@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -126,6 +127,22 @@ class Backend(Protocol):
 
     async def attach(self, container_id: str, *, stdin: bool, logs: bool) -> AttachedStream:
         """Attach to stdio; with ``logs`` the engine first replays what it has stored."""
+        ...
+
+    async def pause(self, container_id: str) -> None:
+        """Freeze every process of a running container (its output stops at once)."""
+        ...
+
+    async def unpause(self, container_id: str) -> None:
+        """Thaw a paused container; one that is not paused or is gone is not an error."""
+        ...
+
+    def logs(
+        self, container_id: str, *, tail: int | None = None, timestamps: bool = False
+    ) -> AsyncIterator[list[Segment]]:
+        """What the engine's log holds now (no follow), as segments in log order: every
+        message, or the last ``tail``; with ``timestamps`` each message starts with the
+        engine's RFC 3339 time and a space."""
         ...
 
     async def start(self, container_id: str) -> None:

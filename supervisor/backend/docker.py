@@ -9,7 +9,7 @@ import json
 import os
 import ssl
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypeVar
 
@@ -166,6 +166,37 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
             out += await reader.readexactly(size)
             await reader.readexactly(2)
     return await reader.read()
+
+
+async def _body_blocks(
+    reader: asyncio.StreamReader, headers: dict[str, str]
+) -> AsyncIterator[bytes]:
+    """The body in blocks as they arrive (content-length, chunked, or until close)."""
+    if "content-length" in headers:
+        remaining = int(headers["content-length"])
+        while remaining > 0:
+            block = await reader.read(min(remaining, _READ_SIZE))
+            if not block:
+                raise asyncio.IncompleteReadError(b"", remaining)
+            remaining -= len(block)
+            yield block
+        return
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            size = int(size_line.split(b";")[0].strip(), 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")
+                return
+            while size > 0:
+                block = await reader.read(min(size, _READ_SIZE))
+                if not block:
+                    raise asyncio.IncompleteReadError(b"", size)
+                size -= len(block)
+                yield block
+            await reader.readexactly(2)
+    while block := await reader.read(_READ_SIZE):
+        yield block
 
 
 class _AttachProtocol(asyncio.BufferedProtocol):
@@ -489,6 +520,33 @@ class DockerBackend:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1)
 
+    async def _raw_stream(self, method: str, path: str) -> AsyncIterator[bytes]:
+        """A plain request on its own connection whose body is yielded as it arrives (for
+        bodies too large to hold: a container's whole log)."""
+        await self._api()
+        reader, writer = await self._endpoint.connect()
+        try:
+            writer.write(
+                f"{method} {self._api_prefix}{path} HTTP/1.1\r\nHost: docker\r\n"
+                "Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
+            )
+            await writer.drain()
+            try:
+                status, headers = await _read_head(reader)
+                if status == 404:
+                    raise EngineError(f"{method} {path}: no such container")
+                if status != 200:
+                    body = await _read_body(reader, headers)
+                    raise EngineError(f"{method} {path}: HTTP {status}: {body[:200]!r}")
+                async for block in _body_blocks(reader, headers):
+                    yield block
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                raise EngineUnavailable(f"engine dropped {method} {path}: {exc}") from exc
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+
     # -- Backend protocol -------------------------------------------------------------
 
     async def ping(self) -> dict[str, str]:
@@ -550,6 +608,40 @@ class DockerBackend:
                 raise EngineError(f"attach: no such container {container_id[:12]}")
             raise EngineError(f"attach {container_id[:12]}: HTTP {protocol.status}")
         return DockerAttach(protocol, stdin=stdin)
+
+    async def pause(self, container_id: str) -> None:
+        try:
+            await self._call("pause", "pause", container_id)
+        except _NotFoundError as exc:
+            raise EngineError(f"pause: no such container {container_id[:12]}") from exc
+
+    async def unpause(self, container_id: str) -> None:
+        try:
+            await self._call("unpause", "unpause", container_id)
+        except _NotFoundError:
+            return
+        except EngineError as exc:
+            if "is not paused" in str(exc) or "is not running" in str(exc):
+                return
+            raise
+
+    async def logs(
+        self, container_id: str, *, tail: int | None = None, timestamps: bool = False
+    ) -> AsyncIterator[list[Segment]]:
+        query = urllib.parse.urlencode(
+            {
+                "stdout": 1,
+                "stderr": 1,
+                "follow": 0,
+                "timestamps": int(timestamps),
+                "tail": "all" if tail is None else str(tail),
+            }
+        )
+        demux = FrameDemux()
+        async for block in self._raw_stream("GET", f"/containers/{container_id}/logs?{query}"):
+            pieces: list[Segment] = list(demux.feed(block))
+            if pieces:
+                yield pieces
 
     async def start(self, container_id: str) -> None:
         try:
