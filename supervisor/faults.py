@@ -12,6 +12,8 @@ _COUNTS: dict[str, int] = {}
 
 #: The points the supervisor passes through, in task order.
 POINTS = ("before_create", "after_create", "after_start", "mid_stream", "after_exit")
+#: Reached only while re-attaching: the container is paused until the log is read.
+REATTACH_PAUSED = "reattach_paused"
 
 
 def crash_point(name: str, amount: int = 1) -> None:

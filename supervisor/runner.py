@@ -48,6 +48,7 @@ from supervisor.output import OutputFile, read_range, read_tail, replayed_length
 from supervisor.policy import Policy
 from supervisor.pool import Pooled
 from supervisor.resolve import Effective
+from supervisor.resync import COPIER_CHUNK, engine_log_bytes, logged_prefix_by_lines, overlap
 
 log = get_logger("supervisor.runner")
 
@@ -55,6 +56,11 @@ log = get_logger("supervisor.runner")
 _DRAIN_S = 10.0
 #: How often the capture position is persisted while output flows.
 _CHECKPOINT_S = 1.0
+#: Re-attach: how long the live stream must be quiet after the pause (and at least, and at
+#: most, how long to wait for it) before the engine's log is read.
+_QUIET_S = 0.05
+_SETTLE_MIN_S = 0.1
+_SETTLE_MAX_S = 2.0
 
 
 class CaptureState(BaseModel):
@@ -177,6 +183,9 @@ class TaskRunner:
         self.stalled = False
         self._last_checkpoint = 0.0
         self._skip = {1: 0, 2: 0}
+        #: Cleared while a re-attach holds the container paused (signals wait for it).
+        self._thawed = asyncio.Event()
+        self._thawed.set()
         self._fixed_running_ms: int | None = None
         #: (seq, ordinal, stream offset) of monitor events not yet known to be stored.
         self._monitor_marks: deque[tuple[int, int, int]] = deque()
@@ -549,7 +558,7 @@ class TaskRunner:
                 return
             self.log.info("capture_reattach")
             try:
-                self._stream = await self._attach_replay()
+                self._stream = await self._reattach()
             except SupervisorError as exc:
                 self.log.warning("reattach_failed", error=str(exc))
                 self._engine_outage = True
@@ -573,15 +582,173 @@ class TaskRunner:
         await self._set_replay_skip()
         return await self.ctx.backend.attach(self.container_id, stdin=False, logs=True)
 
+    async def _reattach(self) -> AttachedStream:
+        """Attach again to a container that may still be running, losing and repeating
+        nothing.
+
+        Attaching with the log replayed first has a window: the engine replays its log,
+        then subscribes to live output, and a line printed in between reaches neither. So
+        attach live first, pause the container, let what is in flight arrive, store the part
+        of the log from before the live stream began, thaw, and go on with the live stream.
+        Where the live stream begins in the log follows from the engine's line-by-line log
+        copier (supervisor/resync.py) and is checked against the log's last messages.
+        """
+        assert self.container_id is not None
+        cid = self.container_id
+        backend = self.ctx.backend
+        state = await backend.inspect(cid)
+        if state is not None and state.status == "paused":
+            # A re-attach cut short by a supervisor crash left it paused.
+            self.log.warning("reattach_unpausing")
+            await backend.unpause(cid)
+        elif state is None or not state.running:
+            # Stopped: its log is complete, so a replay holds everything.
+            return await self._attach_replay()
+        await self._set_replay_skip()
+        skip, self._skip = self._skip, {1: 0, 2: 0}
+        live = await backend.attach(cid, stdin=False, logs=False)
+        held: list[Segment] = []
+        try:
+            self._thawed.clear()
+            try:
+                try:
+                    await backend.pause(cid)
+                except EngineError as exc:
+                    # It stopped meanwhile (then a replay is exact) or cannot be paused.
+                    self.log.info("reattach_without_pause", error=str(exc))
+                    await live.aclose()
+                    return await self._attach_replay()
+                try:
+                    held, ended = await self._settle(live)
+                    await self._store_log_before(held, skip, ended=ended)
+                finally:
+                    await asyncio.shield(self._thaw(cid))
+            finally:
+                self._thawed.set()
+        except BaseException:
+            await live.aclose()
+            raise
+        if held:
+            await self._consume(held)
+        return live
+
+    async def _thaw(self, cid: str) -> None:
+        delay = 0.1
+        for _ in range(8):
+            try:
+                await self.ctx.backend.unpause(cid)
+                return
+            except SupervisorError as exc:
+                self.log.warning("reattach_unpause_failed", error=str(exc))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        # Left paused: the next re-attach (the stream ends when the engine goes away) or
+        # re-adoption finds it paused and thaws it first.
+
+    async def _settle(self, live: AttachedStream) -> tuple[list[Segment], bool]:
+        """After the pause: collect the live output still in flight until it goes quiet.
+        Returns it and whether the stream ended (the container stopped)."""
+        loop = asyncio.get_running_loop()
+        held: list[Segment] = []
+        began = loop.time()
+        while loop.time() - began < _SETTLE_MAX_S:
+            try:
+                segments = await asyncio.wait_for(live.read(), _QUIET_S)
+            except TimeoutError:
+                if loop.time() - began >= _SETTLE_MIN_S:
+                    break
+                continue
+            if segments is None:
+                return held, True
+            held.extend((kind, bytes(payload)) for kind, payload in segments)
+        return held, False
+
+    async def _log_tail(self, messages: int, *, timestamps: bool) -> dict[int, bytes]:
+        assert self.container_id is not None
+        parts: dict[int, list[bytes]] = {1: [], 2: []}
+        async for segments in self.ctx.backend.logs(
+            self.container_id, tail=messages, timestamps=timestamps
+        ):
+            for kind, payload in segments:
+                parts[2 if kind == 2 else 1].append(bytes(payload))
+        return {k: b"".join(v) for k, v in parts.items()}
+
+    async def _store_log_before(
+        self, held: list[Segment], skip: dict[int, int], *, ended: bool
+    ) -> None:
+        """With the container paused: write the engine's log from where the file ends up
+        to where the live bytes ``held`` begin."""
+        assert self.container_id is not None
+        crash_point("reattach_paused")
+        loop = asyncio.get_running_loop()
+        live = {
+            k: b"".join(bytes(p) for kind, p in held if (2 if kind == 2 else 1) == k)
+            for k in (1, 2)
+        }
+        messages = sum(d.count(b"\n") + len(d) // COPIER_CHUNK + 2 for d in live.values())
+        # The log copier may still be writing what it buffered before the pause: wait
+        # until two reads of the log's last messages (each stamped with its time) agree.
+        previous: dict[int, bytes] | None = None
+        give_up = loop.time() + _SETTLE_MAX_S
+        while True:
+            stamped = await self._log_tail(messages, timestamps=True)
+            if stamped == previous or loop.time() > give_up:
+                break
+            previous = stamped
+            await asyncio.sleep(_QUIET_S)
+        tails = await self._log_tail(messages, timestamps=False)
+        cut: dict[int, int] = {}
+        for k, data in live.items():
+            logged = len(data) if ended else logged_prefix_by_lines(data)
+            if logged is None:
+                logged = overlap(tails[k], data)
+            expected = engine_log_bytes(data[:logged])
+            if not tails[k].endswith(expected):
+                self.log.warning(
+                    "reattach_unverified", stream=k, live_bytes=len(data), in_log=logged
+                )
+            cut[k] = len(expected)
+        # The log minus what the file holds (skip) and minus what the live bytes hold (cut).
+        pending = {1: bytearray(), 2: bytearray()}
+        written = 0
+        async for segments in self.ctx.backend.logs(self.container_id):
+            out: list[Segment] = []
+            for kind, payload in segments:
+                k = 2 if kind == 2 else 1
+                data = bytes(payload)
+                if skip[k]:
+                    n = min(skip[k], len(data))
+                    skip[k] -= n
+                    data = data[n:]
+                    if not data:
+                        continue
+                buf = pending[k]
+                buf += data
+                excess = len(buf) - cut[k]
+                if excess > 0:
+                    out.append((kind, bytes(buf[:excess])))
+                    del buf[:excess]
+            if out:
+                written += sum(len(p) for _, p in out)
+                await self._consume(out)
+        self.log.info(
+            "reattached",
+            from_log=written,
+            live_bytes=sum(len(d) for d in live.values()),
+        )
+
     async def _set_replay_skip(self) -> None:
         """Everything already received: the file's command bytes as the engine's log stores
         them (invalid UTF-8 comes back as U+FFFD) plus what the cap dropped."""
         loop = asyncio.get_running_loop()
+        await self._out.flush()  # measure the file, not what is still queued for it
         captured = await loop.run_in_executor(
             self.ctx.io, replayed_length, self.output_path, 0, self._out.task_bytes
         )
         lost = self._out.dropped + self._out.gap_bytes
-        self._skip = {1: captured + lost, 2: self.capture.stderr_bytes}
+        # The file holds both streams; the engine keeps them apart.
+        stdout = max(0, captured - self.capture.stderr_bytes)
+        self._skip = {1: stdout + lost, 2: self.capture.stderr_bytes}
 
     async def _catch_up(self) -> None:
         """After an outage and the container's exit: fetch output the stream missed."""
@@ -601,7 +768,6 @@ class TaskRunner:
         stream = self._stream
         if stream is None:
             return
-        loop = asyncio.get_running_loop()
         while True:
             segments = await stream.read()
             if segments is None:
@@ -610,31 +776,35 @@ class TaskRunner:
                 segments = self._skipped(segments)
                 if not segments:
                     continue
-            parts = []
-            size = err = 0
-            for kind, payload in segments:
-                if kind == 2:
-                    err += len(payload)
-                size += len(payload)
-                parts.append(payload)
-            # One model update per read (pydantic attribute writes are not free).
-            capture = self.capture
-            if err:
-                capture.stderr_bytes += err
-            capture.stdout_bytes += size - err
-            # Views into the engine's stream, written with one writev: no per-line work and
-            # no copies on the background path.
-            await self._out.append_parts(parts)
-            crash_point("mid_stream", size)
-            now = loop.time()
-            self._last_output_mono = now
-            if self._chunker is not None:
-                self._emit_monitor(self._chunker.feed(b"".join(parts), now))
-                self._schedule_monitor_flush()
-            if now - self._last_checkpoint >= _CHECKPOINT_S:
-                self._last_checkpoint = now
-                self._aux.append(asyncio.create_task(self._persist("running")))
-                self._aux = [t for t in self._aux if not t.done()]
+            await self._consume(segments)
+
+    async def _consume(self, segments: list[Segment]) -> None:
+        """Account for and store one batch of the command's output."""
+        parts = []
+        size = err = 0
+        for kind, payload in segments:
+            if kind == 2:
+                err += len(payload)
+            size += len(payload)
+            parts.append(payload)
+        # One model update per read (pydantic attribute writes are not free).
+        capture = self.capture
+        if err:
+            capture.stderr_bytes += err
+        capture.stdout_bytes += size - err
+        # Views into the engine's stream, written with one writev: no per-line work and
+        # no copies on the background path.
+        await self._out.append_parts(parts)
+        crash_point("mid_stream", size)
+        now = asyncio.get_running_loop().time()
+        self._last_output_mono = now
+        if self._chunker is not None:
+            self._emit_monitor(self._chunker.feed(b"".join(parts), now))
+            self._schedule_monitor_flush()
+        if now - self._last_checkpoint >= _CHECKPOINT_S:
+            self._last_checkpoint = now
+            self._aux.append(asyncio.create_task(self._persist("running")))
+            self._aux = [t for t in self._aux if not t.done()]
 
     def _skipped(self, segments: list[Segment]) -> list[Segment]:
         out = []
@@ -693,6 +863,7 @@ class TaskRunner:
         cid = self.container_id
         if cid is None:
             return
+        await self._thawed.wait()  # a paused container cannot take signals on every runtime
         with contextlib.suppress(SupervisorError):
             await self.ctx.backend.kill(cid, "SIGTERM")
         try:
@@ -701,6 +872,7 @@ class TaskRunner:
         except TimeoutError:
             pass
         while not self._exited.is_set():
+            await self._thawed.wait()
             try:
                 await self.ctx.backend.kill(cid, "SIGKILL")
             except SupervisorError as exc:
@@ -957,7 +1129,7 @@ class TaskRunner:
         if not await self._has_event("task.started"):
             self._emit_started()
         await self._resume_monitor()
-        self._stream = await self._attach_replay()
+        self._stream = await self._reattach()
         self.log.info("readopted", running=state.running, skip=self._skip[1])
         await self._persist("running")
         if state.running:

@@ -14,7 +14,7 @@ import docker
 import httpx
 import pytest
 
-from supervisor.faults import POINTS
+from supervisor.faults import POINTS, REATTACH_PAUSED
 from tests.conftest import require_engine
 from tests.e2e.conftest import Daemon, start_daemon
 
@@ -183,3 +183,62 @@ def test_notification_drain_never_repeats_across_a_restart(
             c.delete("/sessions/s")
     finally:
         assert d.stop() == 0
+
+
+def test_kill_9_while_a_reattach_holds_the_container_paused(
+    tmp_path: Path, policies_dir: Path
+) -> None:
+    """A re-attach pauses the container while it reads the engine's log. A crash in that
+    moment leaves it paused; the next start thaws it and loses nothing."""
+    require_engine()
+    state = tmp_path / "state"
+    first = start_daemon(
+        state,
+        policies_dir,
+        stop_tasks_on_exit=False,
+        env_extra={"SBX_TEST_CRASH_AT": "mid_stream:800"},
+    )
+    with first.client() as c:
+        c.post("/sessions", json={"session_id": "s"}).raise_for_status()
+        tid = c.post(
+            "/sessions/s/tasks", json={"command": COMMAND, "policy": "fast", "kind": "monitor"}
+        ).json()["task_id"]
+    assert first.proc.wait(timeout=120) == -9
+    # The second start re-adopts the task and dies while the container is paused.
+    died_early = ""
+    try:
+        second = start_daemon(
+            state,
+            policies_dir,
+            stop_tasks_on_exit=False,
+            env_extra={"SBX_TEST_CRASH_AT": REATTACH_PAUSED},
+        )
+    except RuntimeError as exc:  # it died before it answered
+        died_early = str(exc)
+    if died_early:
+        assert "exited with -9" in died_early, died_early
+    else:
+        assert second.proc.wait(timeout=120) == -9
+    engine = docker.APIClient(version="auto")
+    (container,) = engine.containers(all=True, filters={"label": f"io.sbx.task={tid}"})
+    assert engine.inspect_container(container["Id"])["State"]["Status"] == "paused"
+    third = start_daemon(state, policies_dir, stop_tasks_on_exit=True)
+    try:
+        with third.client() as c:
+            task = wait_final(c, "s", tid)
+            assert (task["status"], task["exit_code"]) == ("completed", 0), task
+            assert Path(task["output_path"]).read_bytes() == EXPECTED
+            events = c.get("/sessions/s/events", params={"limit": 10000}).json()["events"]
+            mine = [e for e in events if e.get("task_id") == tid]
+            assert len([e for e in mine if e["type"] in ("task.stopped", "task.failed")]) == 1
+            ordinals: list[int] = []
+            for e in mine:
+                if e["type"] == "task.output":
+                    ordinals += range(e["ordinal"] - e["lines"] + 1, e["ordinal"] + 1)
+                elif e["type"] == "task.output_suppressed":
+                    ordinals += range(e["first_ordinal"], e["last_ordinal"] + 1)
+            assert ordinals == list(range(1, LINES + 1))
+            c.delete("/sessions/s").raise_for_status()
+    finally:
+        assert third.stop() == 0
+    assert not engine.containers(all=True, filters={"label": f"io.sbx.task={tid}"})

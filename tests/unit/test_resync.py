@@ -1,0 +1,87 @@
+"""Where a live stream begins inside the engine's log (pure logic of the re-attach)."""
+
+from __future__ import annotations
+
+import pytest
+
+from supervisor.resync import (
+    COPIER_CHUNK,
+    engine_log_bytes,
+    logged_prefix_by_lines,
+    overlap,
+)
+
+
+def copier_log(stream: bytes, chunk: int = COPIER_CHUNK) -> bytes:
+    """What the engine's copier has logged of ``stream`` so far: whole lines, and pieces of
+    ``chunk`` bytes of a longer unfinished line (a model of daemon/logger/copier.go)."""
+    logged = stream.rfind(b"\n") + 1
+    unfinished = len(stream) - logged
+    return engine_log_bytes(stream[: len(stream) - unfinished % chunk])
+
+
+def test_valid_utf8_is_unchanged() -> None:
+    assert engine_log_bytes("héllo ✓\n".encode()) == "héllo ✓\n".encode()
+
+
+def test_each_invalid_byte_becomes_one_replacement_character() -> None:
+    assert engine_log_bytes(b"a\xffb\xe2\x82") == "a\ufffdb\ufffd\ufffd".encode()
+    assert engine_log_bytes(b"\xed\xa0\x80") == "\ufffd\ufffd\ufffd".encode()
+
+
+@pytest.mark.parametrize(
+    ("live", "expected"),
+    [
+        (b"line1\nline2\n", 12),
+        (b"line1\nline", 6),
+        (b"\n", 1),
+        (b"x" * 5 + b"\n" + b"y" * (COPIER_CHUNK + 7), 6 + COPIER_CHUNK),
+        (b"\n" + b"y" * (2 * COPIER_CHUNK), 1 + 2 * COPIER_CHUNK),
+    ],
+)
+def test_logged_prefix_follows_the_copier_line_rule(live: bytes, expected: int) -> None:
+    assert logged_prefix_by_lines(live) == expected
+
+
+def test_without_a_newline_the_lines_cannot_tell() -> None:
+    assert logged_prefix_by_lines(b"partial") is None
+    assert logged_prefix_by_lines(b"") is None
+
+
+@pytest.mark.parametrize("split", [0, 1, 5, 300, COPIER_CHUNK - 1, COPIER_CHUNK + 3])
+def test_logged_prefix_matches_a_model_of_the_copier(split: int) -> None:
+    stream = b"".join(f"line{i}\n".encode() for i in range(3000)) + b"z" * 20000
+    before, live = stream[:split], stream[split:]
+    logged = logged_prefix_by_lines(live)
+    assert logged is not None
+    log = copier_log(stream)
+    # The log is the part before the live stream plus exactly the first `logged` live bytes.
+    assert log == engine_log_bytes(before + live[:logged])
+
+
+def test_overlap_finds_where_an_unfinished_line_was_cut() -> None:
+    # A progress bar: no newline for a long time; the copier logged a 16 KiB piece that
+    # ends 100 bytes into the live stream.
+    line = b"".join(f"\r{i:05d}%".encode() for i in range(10000))
+    start = COPIER_CHUNK - 100  # the live stream begins here in the unfinished line
+    log = b"done\n" + line[:COPIER_CHUNK]
+    live = line[start : start + 500]
+    assert overlap(log, live) == 100
+
+
+def test_overlap_is_zero_when_the_log_ends_before_the_live_stream() -> None:
+    assert overlap(b"first\nsecond\n", b"third without newline") == 0
+    assert overlap(b"", b"anything") == 0
+    assert overlap(b"log", b"") == 0
+
+
+def test_overlap_counts_raw_bytes_where_the_log_replaced_invalid_ones() -> None:
+    live = b"\xff\xfeab" + b"c" * 100
+    log = b"older\n" + engine_log_bytes(b"zz" + live[:70])
+    assert overlap(log, live) == 70
+
+
+def test_overlap_prefers_the_longest_match() -> None:
+    live = b"ab" * 100
+    log = b"\n" + live[:150]
+    assert overlap(log, live) == 150
