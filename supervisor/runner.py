@@ -618,11 +618,18 @@ class TaskRunner:
                     self.log.info("reattach_without_pause", error=str(exc))
                     await live.aclose()
                     return await self._attach_replay()
+                paused_at = asyncio.get_running_loop().time()
                 try:
                     held, ended = await self._settle(live)
-                    await self._store_log_before(held, skip, ended=ended)
+                    from_log = await self._store_log_before(held, skip, ended=ended)
                 finally:
                     await asyncio.shield(self._thaw(cid))
+                self.log.info(
+                    "reattached",
+                    from_log=from_log,
+                    live_bytes=sum(len(p) for _, p in held),
+                    paused_ms=round((asyncio.get_running_loop().time() - paused_at) * 1000),
+                )
             finally:
                 self._thawed.set()
         except BaseException:
@@ -675,9 +682,9 @@ class TaskRunner:
 
     async def _store_log_before(
         self, held: list[Segment], skip: dict[int, int], *, ended: bool
-    ) -> None:
+    ) -> int:
         """With the container paused: write the engine's log from where the file ends up
-        to where the live bytes ``held`` begin."""
+        to where the live bytes ``held`` begin. Returns how many bytes that was."""
         assert self.container_id is not None
         crash_point("reattach_paused")
         loop = asyncio.get_running_loop()
@@ -731,11 +738,7 @@ class TaskRunner:
             if out:
                 written += sum(len(p) for _, p in out)
                 await self._consume(out)
-        self.log.info(
-            "reattached",
-            from_log=written,
-            live_bytes=sum(len(d) for d in live.values()),
-        )
+        return written
 
     async def _set_replay_skip(self) -> None:
         """Everything already received: the file's command bytes as the engine's log stores

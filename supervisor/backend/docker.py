@@ -153,19 +153,7 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]
 
 
 async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-    if "content-length" in headers:
-        return await reader.readexactly(int(headers["content-length"]))
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        out = bytearray()
-        while True:
-            size_line = await reader.readuntil(b"\r\n")
-            size = int(size_line.split(b";")[0].strip(), 16)
-            if size == 0:
-                await reader.readuntil(b"\r\n")
-                return bytes(out)
-            out += await reader.readexactly(size)
-            await reader.readexactly(2)
-    return await reader.read()
+    return b"".join([block async for block in _body_blocks(reader, headers)])
 
 
 async def _body_blocks(
@@ -494,10 +482,11 @@ class DockerBackend:
         except Exception as exc:
             raise _translate(exc, what) from exc
 
-    async def _raw(
-        self, method: str, path: str, *, timeout: float | None = None
-    ) -> tuple[int, bytes]:
-        """A plain request on its own connection (for long waits that must not hold a thread)."""
+    @contextlib.asynccontextmanager
+    async def _request(
+        self, method: str, path: str
+    ) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+        """A plain request (no body) sent on its own connection, closed afterwards."""
         await self._api()
         reader, writer = await self._endpoint.connect()
         try:
@@ -506,46 +495,39 @@ class DockerBackend:
                 "Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
             )
             await writer.drain()
+            try:
+                yield reader, writer
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                raise EngineUnavailable(f"engine dropped {method} {path}: {exc}") from exc
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+
+    async def _raw(
+        self, method: str, path: str, *, timeout: float | None = None
+    ) -> tuple[int, bytes]:
+        """A plain request on its own connection (for long waits that must not hold a thread)."""
+        async with self._request(method, path) as (reader, _):
 
             async def exchange() -> tuple[int, bytes]:
                 status, headers = await _read_head(reader)
                 return status, await _read_body(reader, headers)
 
-            try:
-                return await asyncio.wait_for(exchange(), timeout)
-            except (asyncio.IncompleteReadError, ConnectionError) as exc:
-                raise EngineUnavailable(f"engine dropped {method} {path}: {exc}") from exc
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1)
+            return await asyncio.wait_for(exchange(), timeout)
 
     async def _raw_stream(self, method: str, path: str) -> AsyncIterator[bytes]:
-        """A plain request on its own connection whose body is yielded as it arrives (for
-        bodies too large to hold: a container's whole log)."""
-        await self._api()
-        reader, writer = await self._endpoint.connect()
-        try:
-            writer.write(
-                f"{method} {self._api_prefix}{path} HTTP/1.1\r\nHost: docker\r\n"
-                "Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
-            )
-            await writer.drain()
-            try:
-                status, headers = await _read_head(reader)
-                if status == 404:
-                    raise EngineError(f"{method} {path}: no such container")
-                if status != 200:
-                    body = await _read_body(reader, headers)
-                    raise EngineError(f"{method} {path}: HTTP {status}: {body[:200]!r}")
-                async for block in _body_blocks(reader, headers):
-                    yield block
-            except (asyncio.IncompleteReadError, ConnectionError) as exc:
-                raise EngineUnavailable(f"engine dropped {method} {path}: {exc}") from exc
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1)
+        """A plain request whose body is yielded as it arrives (for bodies too large to
+        hold: a container's whole log)."""
+        async with self._request(method, path) as (reader, _):
+            status, headers = await _read_head(reader)
+            if status == 404:
+                raise EngineError(f"{method} {path}: no such container")
+            if status != 200:
+                body = await _read_body(reader, headers)
+                raise EngineError(f"{method} {path}: HTTP {status}: {body[:200]!r}")
+            async for block in _body_blocks(reader, headers):
+                yield block
 
     # -- Backend protocol -------------------------------------------------------------
 

@@ -35,6 +35,17 @@ def wait_final(c: httpx.Client, sid: str, tid: str, timeout: float = 120) -> dic
     raise AssertionError(f"task {tid} did not end within {timeout} s")
 
 
+def monitor_ordinals(events: list[dict[str, Any]]) -> list[int]:
+    """Every line ordinal the monitor events account for, in event order."""
+    ordinals: list[int] = []
+    for e in events:
+        if e["type"] == "task.output":
+            ordinals += range(e["ordinal"] - e["lines"] + 1, e["ordinal"] + 1)
+        elif e["type"] == "task.output_suppressed":
+            ordinals += range(e["first_ordinal"], e["last_ordinal"] + 1)
+    return ordinals
+
+
 def one_cycle(base: Path, policies: Path, point: str, cycle: int, rng: random.Random) -> str:
     """Run one task through a crash at ``point`` and a restart; return a problem or ''."""
     state = base / f"{point}-{cycle}"
@@ -84,12 +95,7 @@ def one_cycle(base: Path, policies: Path, point: str, cycle: int, rng: random.Ra
             if seqs != sorted(set(seqs)):
                 return f"{point}#{cycle}: seqs not strictly increasing"
             if kind == "monitor":
-                ordinals: list[int] = []
-                for e in mine:
-                    if e["type"] == "task.output":
-                        ordinals += range(e["ordinal"] - e["lines"] + 1, e["ordinal"] + 1)
-                    elif e["type"] == "task.output_suppressed":
-                        ordinals += range(e["first_ordinal"], e["last_ordinal"] + 1)
+                ordinals = monitor_ordinals(mine)
                 if ordinals != list(range(1, LINES + 1)):
                     seen = set(ordinals)
                     missing = [o for o in range(1, LINES + 1) if o not in seen]
@@ -231,13 +237,7 @@ def test_kill_9_while_a_reattach_holds_the_container_paused(
             events = c.get("/sessions/s/events", params={"limit": 10000}).json()["events"]
             mine = [e for e in events if e.get("task_id") == tid]
             assert len([e for e in mine if e["type"] in ("task.stopped", "task.failed")]) == 1
-            ordinals: list[int] = []
-            for e in mine:
-                if e["type"] == "task.output":
-                    ordinals += range(e["ordinal"] - e["lines"] + 1, e["ordinal"] + 1)
-                elif e["type"] == "task.output_suppressed":
-                    ordinals += range(e["first_ordinal"], e["last_ordinal"] + 1)
-            assert ordinals == list(range(1, LINES + 1))
+            assert monitor_ordinals(mine) == list(range(1, LINES + 1))
             c.delete("/sessions/s").raise_for_status()
     finally:
         assert third.stop() == 0
