@@ -17,12 +17,13 @@ class FrameDemux:
     adjacent pieces of the same stream into bytes.
     """
 
-    __slots__ = ("_header", "_remaining", "_stream")
+    __slots__ = ("_frame", "_header", "_remaining", "_stream")
 
     def __init__(self) -> None:
         self._header = b""
         self._remaining = 0
         self._stream = STDOUT
+        self._frame = bytearray()
 
     @property
     def mid_frame(self) -> bool:
@@ -69,6 +70,37 @@ class FrameDemux:
             group.append(piece)
         if group:
             out.append((current, b"".join(group)))
+        return out
+
+    def feed_frames(self, data: bytes) -> list[tuple[int, bytes]]:
+        """Decode ``data``; whole frames only (a frame cut by the end of ``data`` is kept
+        until the rest arrives). For streams whose frames are small and meaningful: the
+        engine's log writes one frame per message."""
+        out: list[tuple[int, bytes]] = []
+        view = memoryview(data)
+        pos, end = 0, len(data)
+        while pos < end:
+            if self._remaining == 0 and not self._frame:
+                need = 8 - len(self._header)
+                if end - pos < need:
+                    self._header += bytes(view[pos:end])
+                    break
+                header = self._header + bytes(view[pos : pos + need])
+                self._header = b""
+                pos += need
+                stream, size = _HEADER.unpack(header)
+                self._stream = stream if stream in (STDOUT, STDERR) else STDOUT
+                self._remaining = size
+                if size == 0:
+                    out.append((self._stream, b""))
+                continue
+            take = min(self._remaining, end - pos)
+            self._frame += view[pos : pos + take]
+            pos += take
+            self._remaining -= take
+            if self._remaining == 0:
+                out.append((self._stream, bytes(self._frame)))
+                self._frame.clear()
         return out
 
 

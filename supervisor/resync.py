@@ -13,11 +13,21 @@ the live bytes are still in the copier's buffer. This module computes that overl
 from __future__ import annotations
 
 import codecs
+import itertools
+import re
+from collections.abc import Sequence
 
 #: The engine's log copier buffer: a line longer than this is logged in pieces of this size.
 COPIER_CHUNK = 16 * 1024
 
 _SIGNATURE = 64
+#: The engine's message time with ``timestamps=1``: RFC 3339, UTC, nine fraction digits.
+#: Fixed width, so byte order is time order.
+_STAMP = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ")
+STAMP_LEN = 31
+
+#: One log message: (stream, time, payload).
+Message = tuple[int, bytes, bytes]
 
 
 def _per_byte_replace(exc: UnicodeError) -> tuple[str, int]:
@@ -108,3 +118,40 @@ def overlap(log_tail: bytes, live: bytes) -> int:
     while best > 0 and best not in raw_at:
         best -= 1
     return raw_at.get(best, 0)
+
+
+def split_stamp(kind: int, frame: bytes) -> Message | None:
+    """A timestamped log frame as ``(stream, time, payload)``; None if it is not one."""
+    if _STAMP.match(frame) is None:
+        return None
+    return kind, frame[: STAMP_LEN - 1], frame[STAMP_LEN:]
+
+
+def after_anchor(
+    messages: Sequence[Message], anchor: bytes, seen: int, *, whole_log: bool
+) -> list[Message] | None:
+    """The messages of a log tail that come after an anchor: the time of the last message
+    already read and how many messages with that time were read (pieces of one long line
+    share their first piece's time). None when the tail does not reach back to the
+    anchor (read a longer one) or the times are out of order (do not trust them).
+
+    ``whole_log``: the tail is the whole log, so an anchor older than all of it (rotated
+    away) still counts as reached.
+    """
+    times = [t for _, t, _ in messages]
+    if any(a > b for a, b in itertools.pairwise(times)):
+        return None
+    if not whole_log and (not messages or messages[0][1] >= anchor):
+        return None
+    out: list[Message] = []
+    equal = 0
+    for message in messages:
+        stamp = message[1]
+        if stamp < anchor:
+            continue
+        if stamp == anchor:
+            equal += 1
+            if equal <= seen:
+                continue
+        out.append(message)
+    return out

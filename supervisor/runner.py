@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import re
 import time
@@ -48,7 +49,15 @@ from supervisor.output import OutputFile, read_range, read_tail, replayed_length
 from supervisor.policy import Policy
 from supervisor.pool import Pooled
 from supervisor.resolve import Effective
-from supervisor.resync import COPIER_CHUNK, engine_log_bytes, logged_prefix_by_lines, overlap
+from supervisor.resync import (
+    COPIER_CHUNK,
+    Message,
+    after_anchor,
+    engine_log_bytes,
+    logged_prefix_by_lines,
+    overlap,
+    split_stamp,
+)
 
 log = get_logger("supervisor.runner")
 
@@ -61,6 +70,54 @@ _CHECKPOINT_S = 1.0
 _QUIET_S = 0.05
 _SETTLE_MIN_S = 0.1
 _SETTLE_MAX_S = 2.0
+#: Re-attach: the longest log tail (in messages) and the most bytes read after the bulk
+#: read, with the container paused, before falling back to reading the whole log.
+_TAIL_MAX = 1 << 16
+_AFTER_MAX = 64 << 20
+
+
+class _Bulk:
+    """What a re-attach read from the engine's log before pausing the container."""
+
+    def __init__(self, skip: dict[int, int]) -> None:
+        #: File bytes not yet matched in the log, per stream (counts down while reading).
+        self.skip = skip
+        #: Log bytes seen, per stream.
+        self.consumed = {1: 0, 2: 0}
+        #: Log bytes stored in the output file.
+        self.written = 0
+        #: The last message's time (b"": the log was empty) and how many carried it.
+        self.anchor = b""
+        self.seen = 0
+        #: Whether the rest can be found by time (one stream, every message stamped).
+        self.anchored = True
+        self.stopped = False
+
+    def take(self, segments: list[Segment]) -> list[Segment]:
+        """Account for stamped log messages; return the payloads beyond the file. At a
+        message without a time, stop (``stopped``): the rest is read another way."""
+        out: list[Segment] = []
+        for kind, frame in segments:
+            message = split_stamp(kind, bytes(frame))
+            if message is None:
+                self.anchored = False
+                self.stopped = True
+                return out
+            k, stamp, payload = message
+            if k == 2:
+                self.anchored = False  # two streams: their times interleave
+            if stamp == self.anchor:
+                self.seen += 1
+            else:
+                self.anchor, self.seen = stamp, 1
+            self.consumed[k] += len(payload)
+            if self.skip[k]:
+                n = min(self.skip[k], len(payload))
+                self.skip[k] -= n
+                payload = payload[n:]
+            if payload:
+                out.append((k, payload))
+        return out
 
 
 class CaptureState(BaseModel):
@@ -606,6 +663,9 @@ class TaskRunner:
             return await self._attach_replay()
         await self._set_replay_skip()
         skip, self._skip = self._skip, {1: 0, 2: 0}
+        # What the log holds already is stored while the command runs; only what it adds
+        # from here on is read with the container paused.
+        bulk = await self._store_log_bulk(skip)
         live = await backend.attach(cid, stdin=False, logs=False)
         held: list[Segment] = []
         try:
@@ -621,12 +681,12 @@ class TaskRunner:
                 paused_at = asyncio.get_running_loop().time()
                 try:
                     held, ended = await self._settle(live)
-                    from_log = await self._store_log_before(held, skip, ended=ended)
+                    from_log = await self._store_log_before(held, bulk, ended=ended)
                 finally:
                     await asyncio.shield(self._thaw(cid))
                 self.log.info(
                     "reattached",
-                    from_log=from_log,
+                    from_log=bulk.written + from_log,
                     live_bytes=sum(len(p) for _, p in held),
                     paused_ms=round((asyncio.get_running_loop().time() - paused_at) * 1000),
                 )
@@ -670,6 +730,69 @@ class TaskRunner:
             held.extend((kind, bytes(payload)) for kind, payload in segments)
         return held, False
 
+    async def _store_log_bulk(self, skip: dict[int, int]) -> _Bulk:
+        """Before the pause: store what the engine's log holds beyond the file (``skip``:
+        what the file holds, in log bytes) and note the last message's time as an anchor."""
+        assert self.container_id is not None
+        bulk = _Bulk(skip)
+        async for segments in self.ctx.backend.logs(self.container_id, timestamps=True):
+            out = bulk.take(segments)
+            if out:
+                bulk.written += sum(len(p) for _, p in out)
+                await self._consume(out)
+            if bulk.stopped:
+                # Not stamped as expected: what was taken is stored; the rest is read
+                # with the container paused.
+                self.log.warning("reattach_unstamped_log")
+                break
+        return bulk
+
+    async def _stamped_tail(self, messages: int) -> list[Message] | None:
+        """The log's last ``messages`` messages with their times (None: unstamped, or
+        more than the bytes a paused read may hold)."""
+        assert self.container_id is not None
+        out: list[Message] = []
+        size = 0
+        async for segments in self.ctx.backend.logs(
+            self.container_id, tail=messages, timestamps=True
+        ):
+            for kind, frame in segments:
+                message = split_stamp(kind, bytes(frame))
+                if message is None or size > _AFTER_MAX:
+                    return None
+                size += len(message[2])
+                out.append(message)
+        return out
+
+    async def _log_after(self, bulk: _Bulk, messages: int) -> list[Message] | None:
+        """With the container paused: the messages the log gained after the bulk read, once
+        two reads agree (the copier may still be writing what it held before the pause).
+        None when that cannot be told from the messages' times."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + _SETTLE_MAX_S
+        previous: list[Message] | None = None
+        tail = max(messages, 64)
+        while True:
+            stamped = await self._stamped_tail(tail)
+            if stamped is None or any(k == 2 for k, _, _ in stamped):
+                return None
+            if any(a[1] > b[1] for a, b in itertools.pairwise(stamped)):
+                return None  # the engine's clock went back: times cannot place the rest
+            whole = len(stamped) < tail
+            after = after_anchor(stamped, bulk.anchor, bulk.seen, whole_log=whole)
+            if after is None:
+                if whole or tail >= _TAIL_MAX:
+                    return None
+                tail *= 4
+                previous = None
+                continue
+            if sum(len(p) for _, _, p in after) > _AFTER_MAX:
+                return None
+            if stamped == previous or loop.time() > give_up:
+                return after
+            previous = stamped
+            await asyncio.sleep(_QUIET_S)
+
     async def _log_tail(self, messages: int, *, timestamps: bool) -> dict[int, bytes]:
         assert self.container_id is not None
         parts: dict[int, list[bytes]] = {1: [], 2: []}
@@ -680,30 +803,10 @@ class TaskRunner:
                 parts[2 if kind == 2 else 1].append(bytes(payload))
         return {k: b"".join(v) for k, v in parts.items()}
 
-    async def _store_log_before(
-        self, held: list[Segment], skip: dict[int, int], *, ended: bool
-    ) -> int:
-        """With the container paused: write the engine's log from where the file ends up
-        to where the live bytes ``held`` begin. Returns how many bytes that was."""
-        assert self.container_id is not None
-        crash_point("reattach_paused")
-        loop = asyncio.get_running_loop()
-        live = {
-            k: b"".join(bytes(p) for kind, p in held if (2 if kind == 2 else 1) == k)
-            for k in (1, 2)
-        }
-        messages = sum(d.count(b"\n") + len(d) // COPIER_CHUNK + 2 for d in live.values())
-        # The log copier may still be writing what it buffered before the pause: wait
-        # until two reads of the log's last messages (each stamped with its time) agree.
-        previous: dict[int, bytes] | None = None
-        give_up = loop.time() + _SETTLE_MAX_S
-        while True:
-            stamped = await self._log_tail(messages, timestamps=True)
-            if stamped == previous or loop.time() > give_up:
-                break
-            previous = stamped
-            await asyncio.sleep(_QUIET_S)
-        tails = await self._log_tail(messages, timestamps=False)
+    def _live_cut(
+        self, live: dict[int, bytes], tails: dict[int, bytes], *, ended: bool
+    ) -> dict[int, int]:
+        """How many bytes at the end of each stream's log the live bytes already hold."""
         cut: dict[int, int] = {}
         for k, data in live.items():
             logged = len(data) if ended else logged_prefix_by_lines(data)
@@ -715,7 +818,49 @@ class TaskRunner:
                     "reattach_unverified", stream=k, live_bytes=len(data), in_log=logged
                 )
             cut[k] = len(expected)
-        # The log minus what the file holds (skip) and minus what the live bytes hold (cut).
+        return cut
+
+    async def _store_log_before(self, held: list[Segment], bulk: _Bulk, *, ended: bool) -> int:
+        """With the container paused: write the engine's log from where the bulk read (or
+        the file) ends up to where the live bytes ``held`` begin. Returns how many bytes
+        that was."""
+        assert self.container_id is not None
+        crash_point("reattach_paused")
+        live = {
+            k: b"".join(bytes(p) for kind, p in held if (2 if kind == 2 else 1) == k)
+            for k in (1, 2)
+        }
+        messages = sum(d.count(b"\n") + len(d) // COPIER_CHUNK + 2 for d in live.values())
+        after = await self._log_after(bulk, messages) if bulk.anchored else None
+        if after is not None:
+            rest = b"".join(p for _, _, p in after)
+            cut = self._live_cut(live, {1: rest, 2: b""}, ended=ended)
+            rest = rest[bulk.skip[1] : len(rest) - cut[1]]
+            if rest:
+                await self._consume([(1, rest)])
+            return len(rest)
+        self.log.info("reattach_reads_whole_log")
+        return await self._store_whole_log(live, bulk, messages, ended=ended)
+
+    async def _store_whole_log(
+        self, live: dict[int, bytes], bulk: _Bulk, messages: int, *, ended: bool
+    ) -> int:
+        """The fallback: read the whole log with the container paused."""
+        assert self.container_id is not None
+        loop = asyncio.get_running_loop()
+        # Wait until two reads of the log's last messages (each stamped with its time) agree.
+        previous: dict[int, bytes] | None = None
+        give_up = loop.time() + _SETTLE_MAX_S
+        while True:
+            stamped = await self._log_tail(messages, timestamps=True)
+            if stamped == previous or loop.time() > give_up:
+                break
+            previous = stamped
+            await asyncio.sleep(_QUIET_S)
+        cut = self._live_cut(live, await self._log_tail(messages, timestamps=False), ended=ended)
+        # The log minus what the file and the bulk read hold (skip) and minus what the
+        # live bytes hold (cut).
+        skip = {k: bulk.consumed[k] + bulk.skip[k] for k in (1, 2)}
         pending = {1: bytearray(), 2: bytearray()}
         written = 0
         async for segments in self.ctx.backend.logs(self.container_id):

@@ -141,8 +141,8 @@ class Backend(Protocol):
         self, container_id: str, *, tail: int | None = None, timestamps: bool = False
     ) -> AsyncIterator[list[Segment]]:
         """What the engine's log holds now (no follow), as segments in log order: every
-        message, or the last ``tail``; with ``timestamps`` each message starts with the
-        engine's RFC 3339 time and a space."""
+        message, or the last ``tail``. With ``timestamps`` each segment is one whole
+        message, starting with the engine's RFC 3339 time (UTC, nanoseconds) and a space."""
         ...
 
     async def start(self, container_id: str) -> None:

@@ -621,7 +621,9 @@ class DockerBackend:
         )
         demux = FrameDemux()
         async for block in self._raw_stream("GET", f"/containers/{container_id}/logs?{query}"):
-            pieces: list[Segment] = list(demux.feed(block))
+            pieces: list[Segment] = list(
+                demux.feed_frames(block) if timestamps else demux.feed(block)
+            )
             if pieces:
                 yield pieces
 

@@ -45,10 +45,21 @@ async def _cut_attach(runner: TaskRunner) -> bool:
     return True
 
 
-@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+async def _no_anchor(self: TaskRunner, bulk: object, messages: int) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("runtime", "read"),
+    [("runc", "by-time"), ("runsc", "by-time"), ("runc", "whole-log")],
+)
 async def test_cut_attach_while_printing_fast_loses_and_repeats_nothing(
-    tmp_path: Path, policies_dir: Path, runtime: str
+    tmp_path: Path, policies_dir: Path, runtime: str, read: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``by-time``: while paused, only what the log gained after the bulk read (found by
+    the messages' times); ``whole-log``: the fallback that reads the whole log paused."""
+    if read == "whole-log":
+        monkeypatch.setattr(TaskRunner, "_log_after", _no_anchor)
     (policies_dir / "reattach.toml").write_text(
         f'image = "sbx/minimal:latest"\nworking_dir = "/tmp"\nruntime = "{runtime}"\n'
         "[limits]\npids = 1024\n[timeouts]\ngrace_s = 1.0\n"

@@ -123,3 +123,11 @@ def test_mid_frame_reports_a_truncated_stream() -> None:
         demux = FrameDemux()
         demux.feed(raw[:cut])
         assert demux.mid_frame, cut
+
+
+def test_feed_frames_returns_whole_frames_only() -> None:
+    data = encode_frame(1, b"first message\n") + encode_frame(2, b"") + encode_frame(1, b"x" * 40)
+    for cut in range(len(data) + 1):
+        demux = FrameDemux()
+        frames = demux.feed_frames(data[:cut]) + demux.feed_frames(data[cut:])
+        assert frames == [(1, b"first message\n"), (2, b""), (1, b"x" * 40)], cut

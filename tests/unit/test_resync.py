@@ -6,9 +6,12 @@ import pytest
 
 from supervisor.resync import (
     COPIER_CHUNK,
+    Message,
+    after_anchor,
     engine_log_bytes,
     logged_prefix_by_lines,
     overlap,
+    split_stamp,
 )
 
 
@@ -85,3 +88,50 @@ def test_overlap_prefers_the_longest_match() -> None:
     live = b"ab" * 100
     log = b"\n" + live[:150]
     assert overlap(log, live) == 150
+
+
+def _msg(t: int, payload: bytes, kind: int = 1) -> Message:
+    return kind, f"2026-12-01T05:00:00.{t:09d}Z".encode(), payload
+
+
+def test_split_stamp_reads_the_engine_time_prefix() -> None:
+    frame = b"2026-12-01T05:56:52.123456789Z line one\n"
+    assert split_stamp(1, frame) == (1, b"2026-12-01T05:56:52.123456789Z", b"line one\n")
+    assert split_stamp(1, b"line without a time\n") is None
+    assert split_stamp(1, b"2026-12-01T05:56:52Z short\n") is None
+
+
+def test_after_anchor_keeps_what_follows_the_last_message_read() -> None:
+    tail = [_msg(1, b"a\n"), _msg(2, b"b\n"), _msg(3, b"c\n"), _msg(4, b"d\n")]
+    after = after_anchor(tail, _msg(2, b"")[1], 1, whole_log=False)
+    assert after is not None
+    assert [p for _, _, p in after] == [b"c\n", b"d\n"]
+
+
+def test_after_anchor_counts_pieces_that_share_a_time() -> None:
+    # A long line's pieces all carry its first piece's time; two of three were read.
+    tail = [_msg(1, b"x\n"), _msg(5, b"p1"), _msg(5, b"p2"), _msg(5, b"p3\n"), _msg(6, b"y\n")]
+    after = after_anchor(tail, _msg(5, b"")[1], 2, whole_log=False)
+    assert after is not None
+    assert [p for _, _, p in after] == [b"p3\n", b"y\n"]
+
+
+def test_after_anchor_wants_a_longer_tail_until_it_reaches_back() -> None:
+    tail = [_msg(5, b"p2"), _msg(5, b"p3\n"), _msg(6, b"y\n")]
+    assert after_anchor(tail, _msg(5, b"")[1], 1, whole_log=False) is None
+    assert after_anchor(tail[2:], _msg(5, b"")[1], 1, whole_log=False) is None
+    # The whole log: nothing older exists, so the anchor counts as reached.
+    whole = after_anchor(tail, _msg(5, b"")[1], 1, whole_log=True)
+    assert whole is not None
+    assert [p for _, _, p in whole] == [b"p3\n", b"y\n"]
+
+
+def test_after_anchor_with_an_empty_log_before_takes_everything() -> None:
+    tail = [_msg(1, b"a\n"), _msg(2, b"b\n")]
+    assert after_anchor(tail, b"", 0, whole_log=False) is None
+    assert after_anchor(tail, b"", 0, whole_log=True) == tail
+
+
+def test_after_anchor_distrusts_times_out_of_order() -> None:
+    tail = [_msg(1, b"a\n"), _msg(3, b"b\n"), _msg(2, b"c\n")]
+    assert after_anchor(tail, _msg(1, b"")[1], 1, whole_log=True) is None
