@@ -17,6 +17,8 @@ import itertools
 import re
 from collections.abc import Sequence
 
+from supervisor.backend.base import Segment
+
 #: The engine's log copier buffer: a line longer than this is logged in pieces of this size.
 COPIER_CHUNK = 16 * 1024
 
@@ -154,4 +156,19 @@ def after_anchor(
             if equal <= seen:
                 continue
         out.append(message)
+    return out
+
+
+def drop_known(skip: dict[int, int], segments: Sequence[Segment]) -> list[Segment]:
+    """``segments`` without the first ``skip[stream]`` bytes of each stream (1 stdout, 2
+    stderr), which are already stored; ``skip`` counts down as they pass."""
+    out: list[Segment] = []
+    for kind, payload in segments:
+        key = 2 if kind == 2 else 1
+        known = skip[key]
+        if known >= len(payload):
+            skip[key] = known - len(payload)
+            continue
+        skip[key] = 0
+        out.append((kind, payload[known:]))
     return out

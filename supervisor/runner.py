@@ -53,6 +53,7 @@ from supervisor.resync import (
     COPIER_CHUNK,
     Message,
     after_anchor,
+    drop_known,
     engine_log_bytes,
     logged_prefix_by_lines,
     overlap,
@@ -96,13 +97,13 @@ class _Bulk:
     def take(self, segments: list[Segment]) -> list[Segment]:
         """Account for stamped log messages; return the payloads beyond the file. At a
         message without a time, stop (``stopped``): the rest is read another way."""
-        out: list[Segment] = []
+        taken: list[Segment] = []
         for kind, frame in segments:
             message = split_stamp(kind, bytes(frame))
             if message is None:
                 self.anchored = False
                 self.stopped = True
-                return out
+                break
             k, stamp, payload = message
             if k == 2:
                 self.anchored = False  # two streams: their times interleave
@@ -111,13 +112,8 @@ class _Bulk:
             else:
                 self.anchor, self.seen = stamp, 1
             self.consumed[k] += len(payload)
-            if self.skip[k]:
-                n = min(self.skip[k], len(payload))
-                self.skip[k] -= n
-                payload = payload[n:]
-            if payload:
-                out.append((k, payload))
-        return out
+            taken.append((k, payload))
+        return drop_known(self.skip, taken)
 
 
 class CaptureState(BaseModel):
@@ -865,18 +861,10 @@ class TaskRunner:
         written = 0
         async for segments in self.ctx.backend.logs(self.container_id):
             out: list[Segment] = []
-            for kind, payload in segments:
-                k = 2 if kind == 2 else 1
-                data = bytes(payload)
-                if skip[k]:
-                    n = min(skip[k], len(data))
-                    skip[k] -= n
-                    data = data[n:]
-                    if not data:
-                        continue
-                buf = pending[k]
+            for kind, data in drop_known(skip, segments):
+                buf = pending[2 if kind == 2 else 1]
                 buf += data
-                excess = len(buf) - cut[k]
+                excess = len(buf) - cut[2 if kind == 2 else 1]
                 if excess > 0:
                     out.append((kind, bytes(buf[:excess])))
                     del buf[:excess]
@@ -921,7 +909,7 @@ class TaskRunner:
             if segments is None:
                 break
             if self._skip[1] or self._skip[2]:
-                segments = self._skipped(segments)
+                segments = drop_known(self._skip, segments)
                 if not segments:
                     continue
             await self._consume(segments)
@@ -953,18 +941,6 @@ class TaskRunner:
             self._last_checkpoint = now
             self._aux.append(asyncio.create_task(self._persist("running")))
             self._aux = [t for t in self._aux if not t.done()]
-
-    def _skipped(self, segments: list[Segment]) -> list[Segment]:
-        out = []
-        for kind, payload in segments:
-            key = 2 if kind == 2 else 1
-            skip = self._skip[key]
-            if skip >= len(payload):
-                self._skip[key] = skip - len(payload)
-                continue
-            self._skip[key] = 0
-            out.append((kind, payload[skip:]))
-        return out
 
     # -- monitor batching ----------------------------------------------------------
 

@@ -8,6 +8,7 @@ from supervisor.resync import (
     COPIER_CHUNK,
     Message,
     after_anchor,
+    drop_known,
     engine_log_bytes,
     logged_prefix_by_lines,
     overlap,
@@ -135,3 +136,16 @@ def test_after_anchor_with_an_empty_log_before_takes_everything() -> None:
 def test_after_anchor_distrusts_times_out_of_order() -> None:
     tail = [_msg(1, b"a\n"), _msg(3, b"b\n"), _msg(2, b"c\n")]
     assert after_anchor(tail, _msg(1, b"")[1], 1, whole_log=True) is None
+
+
+def test_drop_known_skips_each_streams_stored_bytes_once() -> None:
+    skip = {1: 5, 2: 1}
+    segments: list[tuple[int, bytes | memoryview]] = [
+        (1, b"abc"),
+        (2, b"XY"),
+        (1, b"defgh"),
+        (1, b"ij"),
+    ]
+    assert drop_known(skip, segments) == [(2, b"Y"), (1, b"fgh"), (1, b"ij")]
+    assert skip == {1: 0, 2: 0}
+    assert drop_known(skip, [(1, b"new")]) == [(1, b"new")]
