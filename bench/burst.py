@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from bench.common import Ctx, Progress, Result, first_output, row, say, wait_done
 from supervisor import TaskSpec
-from supervisor.session import Session
+from supervisor.runtime.session import Session
 
 NAME = "burst"
 TITLE = "100 tasks started at once -> first output byte (echo x)"

@@ -25,11 +25,11 @@ import docker
 import docker.utils.socket
 
 from supervisor import Supervisor, TaskSpec
-from supervisor.backend.docker import request_to_config
-from supervisor.demux import FrameDemux
-from supervisor.policy import PolicySet
-from supervisor.resolve import container_request, resolve
-from supervisor.session import Session
+from supervisor.core.demux import FrameDemux
+from supervisor.core.policy import PolicySet
+from supervisor.core.resolve import container_request, resolve
+from supervisor.engine.docker import request_to_config
+from supervisor.runtime.session import Session
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = REPO / "policies"
@@ -508,7 +508,7 @@ def read_first_payload(sock: Any) -> None:
 
 
 class CountingDemux:
-    """The engine's stream framing (supervisor.demux) counting payload bytes, no copies."""
+    """The engine's stream framing (supervisor.core.demux) counting payload bytes, no copies."""
 
     def __init__(self) -> None:
         self._demux = FrameDemux()

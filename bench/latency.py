@@ -20,7 +20,7 @@ from bench.common import (
     wait_all_running,
 )
 from supervisor import CallbackSink, Supervisor, TaskOutput, TaskSpec
-from supervisor.events import BaseEvent
+from supervisor.core.events import BaseEvent
 
 NAME = "latency"
 TITLE = "monitor line -> event at a CallbackSink (wall clock, sbx/debian python3)"

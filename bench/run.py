@@ -28,7 +28,7 @@ from bench.common import (
     rewrite_summary,
     write_result,
 )
-from supervisor.logs import configure_logging
+from supervisor.core.logs import configure_logging
 
 #: name -> module, in the order ``make bench`` runs them.
 BENCHMARKS = {

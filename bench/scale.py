@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.common import Ctx, Progress, Result, row, say, wait_all_running
 from supervisor import CallbackSink, TaskSpec
-from supervisor.events import BaseEvent
+from supervisor.core.events import BaseEvent
 
 NAME = "scale"
 TITLE = "200 quiet + 20 chatty tasks: supervisor CPU and RSS"

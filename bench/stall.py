@@ -10,7 +10,7 @@ import time
 
 from bench.common import REPO, Ctx, Progress, Result, row, say
 from supervisor import MemorySink, Supervisor, TaskSpec
-from supervisor.events import TaskStalled
+from supervisor.core.events import TaskStalled
 
 NAME = "stall"
 TITLE = "stdin-stall detection latency (stall corpus, default policy)"

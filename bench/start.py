@@ -8,7 +8,7 @@ import time
 
 from bench.common import Ctx, Progress, Result, first_output, offload, row, say, wait_done
 from supervisor import TaskSpec
-from supervisor.session import Session
+from supervisor.runtime.session import Session
 
 NAME = "start"
 TITLE = "session.start() -> first output byte (echo x, sbx/minimal)"

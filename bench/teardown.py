@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from bench.common import Ctx, Progress, Result, row, say, wait_all_running
 from supervisor import CallbackSink, Supervisor, TaskSpec
-from supervisor.events import BaseEvent
+from supervisor.core.events import BaseEvent
 
 NAME = "teardown"
 TITLE = "session.end() with 100 running tasks"

@@ -22,7 +22,7 @@ from bench.common import (
     say,
 )
 from supervisor import TaskSpec
-from supervisor.session import Session
+from supervisor.runtime.session import Session
 
 NAME = "throughput"
 TITLE = "1 GiB on stdout -> MB/s (NUL bytes and 100-byte text lines, sbx/minimal)"

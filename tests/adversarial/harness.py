@@ -24,7 +24,7 @@ import docker
 import docker.errors
 
 from supervisor import MemorySink, Supervisor, TaskInfo, TaskOutput, TaskSpec
-from supervisor.events import BaseEvent
+from supervisor.core.events import BaseEvent
 
 MIB = 1024 * 1024
 #: runtime -> the shipped policy that runs it.

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from supervisor import PolicyError, SpecError, render_json, render_xml
-from supervisor.policy import PolicySet
+from supervisor.core.policy import PolicySet
 from tests.adversarial.harness import (
     MIB,
     Arena,

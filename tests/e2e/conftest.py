@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import require_engine
 
 REPO = Path(__file__).resolve().parents[2]
-SBX = [sys.executable, "-m", "supervisor.cli.main"]
+SBX = [sys.executable, "-m", "supervisor.interfaces.cli.main"]
 
 
 @dataclass

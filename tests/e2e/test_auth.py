@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from supervisor.daemon.auth import Auth
+from supervisor.interfaces.daemon.auth import Auth
 from tests.e2e.conftest import Daemon
 
 pytestmark = pytest.mark.timeout(180)

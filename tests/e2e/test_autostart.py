@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from supervisor import client as client_mod
-from supervisor.client import SbxClient, ensure_daemon
+from supervisor.interfaces import client as client_mod
+from supervisor.interfaces.client import SbxClient, ensure_daemon
 from tests.conftest import require_engine
 from tests.e2e.conftest import Daemon, start_daemon
 

@@ -333,7 +333,7 @@ def test_unknown_task_is_a_clear_error(cli: Daemon) -> None:
 
 
 def _subcommands() -> list[list[str]]:
-    from supervisor.cli.main import build_parser  # noqa: PLC0415
+    from supervisor.interfaces.cli.main import build_parser  # noqa: PLC0415
 
     found: list[list[str]] = []
 

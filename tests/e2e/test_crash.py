@@ -14,7 +14,7 @@ import docker
 import httpx
 import pytest
 
-from supervisor.faults import POINTS, REATTACH_PAUSED
+from supervisor.core.faults import POINTS, REATTACH_PAUSED
 from tests.conftest import require_engine
 from tests.e2e.conftest import Daemon, start_daemon
 

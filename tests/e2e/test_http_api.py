@@ -705,7 +705,7 @@ def test_healthz_and_openapi(daemon: Daemon) -> None:
 
 async def test_sbx_client_round_trip(daemon: Daemon) -> None:
     """The project's own async client (what the CLI and MCP server use) against the daemon."""
-    from supervisor.client import ApiError, SbxClient  # noqa: PLC0415
+    from supervisor.interfaces.client import ApiError, SbxClient  # noqa: PLC0415
 
     async with SbxClient(socket_path=daemon.socket, token=daemon.token) as admin:
         assert (await admin.healthz())["engine"]["ok"] is True

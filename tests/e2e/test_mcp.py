@@ -81,7 +81,14 @@ async def mcp_client(daemon: Daemon, *extra: str) -> AsyncIterator[Mcp]:
     """``sbx mcp`` as a stdio subprocess of the official client, on the fixture's daemon."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "supervisor.cli.main", "mcp", "--state-dir", str(daemon.state_dir), *extra],
+        args=[
+            "-m",
+            "supervisor.interfaces.cli.main",
+            "mcp",
+            "--state-dir",
+            str(daemon.state_dir),
+            *extra,
+        ],
         env=daemon.env,
         cwd=str(REPO),
     )
@@ -318,7 +325,7 @@ async def test_sigterm_ends_the_session(daemon: Daemon) -> None:
     errlog = daemon.state_dir.parent / "mcp-sigterm.log"
     with errlog.open("ab") as err:
         proc = await anyio.open_process(
-            [sys.executable, "-m", "supervisor.cli.main", "mcp", "--policy", "fast"],
+            [sys.executable, "-m", "supervisor.interfaces.cli.main", "mcp", "--policy", "fast"],
             env=daemon.env,
             cwd=REPO,
             stderr=err,

@@ -21,7 +21,7 @@ from supervisor import (
     TaskSpec,
     WaitTimeout,
 )
-from supervisor.events import BaseEvent, parse_event
+from supervisor.core.events import BaseEvent, parse_event
 
 pytestmark = pytest.mark.timeout(180)
 

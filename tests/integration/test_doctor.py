@@ -13,9 +13,9 @@ from typing import Any
 import docker
 import pytest
 
-from supervisor import images
-from supervisor.backend.docker import DockerBackend
-from supervisor.doctor import run_checks
+from supervisor.engine.docker import DockerBackend
+from supervisor.tooling import images
+from supervisor.tooling.doctor import run_checks
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

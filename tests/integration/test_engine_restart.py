@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from supervisor import EngineUnavailable, MemorySink, Supervisor, TaskSpec
-from supervisor.events import BaseEvent
+from supervisor.core.events import BaseEvent
 from tests.private_engine import EngineConfig, PrivateEngine
 
 pytestmark = pytest.mark.timeout(300)

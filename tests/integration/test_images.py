@@ -13,7 +13,7 @@ from typing import Any
 import docker
 import pytest
 
-from supervisor import images
+from supervisor.tooling import images
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from supervisor import Supervisor
-from supervisor.supervisor import _boot_id
+from supervisor.runtime.supervisor import _boot_id
 from tests.conftest import owned_label, require_engine
 
 pytestmark = pytest.mark.timeout(120)

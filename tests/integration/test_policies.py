@@ -16,10 +16,10 @@ import docker
 import pytest
 
 from supervisor import MemorySink, PolicyError, SpecError, Supervisor, TaskSpec
-from supervisor.cli.main import main as sbx_main
-from supervisor.cli.policies import to_toml
-from supervisor.images import source_hash
-from supervisor.policy import Policy, PolicySet, load_policy_file
+from supervisor.core.policy import Policy, PolicySet, load_policy_file
+from supervisor.interfaces.cli.main import main as sbx_main
+from supervisor.interfaces.cli.policies import to_toml
+from supervisor.tooling.images import source_hash
 from tests.conftest import POLICIES, REPO, require_engine
 
 pytest.register_assert_rewrite("tests.private_engine")
@@ -753,7 +753,7 @@ def test_cli_errors_exit_1_with_the_loader_message(
 
 
 def test_cli_help_has_examples_and_the_real_binary_exits_1(tmp_path: Path) -> None:
-    sbx = [sys.executable, "-m", "supervisor.cli.main"]
+    sbx = [sys.executable, "-m", "supervisor.interfaces.cli.main"]
     for argv in (
         ["policies", "--help"],
         ["policies", "list", "--help"],

@@ -10,7 +10,7 @@ import docker
 import pytest
 
 from supervisor import MemorySink, Supervisor, TaskSpec
-from supervisor.events import TaskOutput
+from supervisor.core.events import TaskOutput
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from supervisor import MemorySink, Supervisor, TaskSpec
-from supervisor.runner import TaskRunner
+from supervisor.runtime.task.runner import TaskRunner
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from supervisor import MemorySink, Supervisor, TaskSpec, render_xml
-from supervisor.events import BaseEvent, TaskStalled
+from supervisor.core.events import BaseEvent, TaskStalled
 
 pytestmark = [pytest.mark.timeout(240)]
 

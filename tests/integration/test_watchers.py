@@ -16,7 +16,7 @@ from supervisor import (
     WaitTimeout,
     render_xml,
 )
-from supervisor.events import BaseEvent, TaskOutput, TaskOutputSuppressed, TaskPoll
+from supervisor.core.events import BaseEvent, TaskOutput, TaskOutputSuppressed, TaskPoll
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,8 +6,13 @@ import argparse
 
 import pytest
 
-from supervisor.cli.common import duration_ms, duration_s, nonnegative_int, parse_duration_ms
-from supervisor.cli.main import build_parser
+from supervisor.interfaces.cli.common import (
+    duration_ms,
+    duration_s,
+    nonnegative_int,
+    parse_duration_ms,
+)
+from supervisor.interfaces.cli.main import build_parser
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.demux import STDERR, STDIN, STDOUT, FrameDemux, encode_frame
+from supervisor.core.demux import STDERR, STDIN, STDOUT, FrameDemux, encode_frame
 
 Frames = list[tuple[int, bytes]]
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.errors import StateStorageError
-from supervisor.eventlog import EventLog
-from supervisor.events import BaseEvent, EventsGap, TaskOutput, parse_event
-from supervisor.sinks import MemorySink
-from supervisor.store import StateStore
+from supervisor.core.errors import StateStorageError
+from supervisor.core.events import BaseEvent, EventsGap, TaskOutput, parse_event
+from supervisor.state.eventlog import EventLog
+from supervisor.state.sinks import MemorySink
+from supervisor.state.store import StateStore
 
 SID = "s1"
 BLOCK = 10_000  # eventlog._SEQ_BLOCK

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import images
-from supervisor.cli.images import BuildDisplay
-from supervisor.images import (
+from supervisor.interfaces.cli.images import BuildDisplay
+from supervisor.tooling import images
+from supervisor.tooling.images import (
     AptSource,
     BuildProgress,
     DebootstrapProgress,

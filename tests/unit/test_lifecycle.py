@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from supervisor.lifecycle import Lifecycle, Outcome, StopRequest, status_for
+from supervisor.core.lifecycle import Lifecycle, Outcome, StopRequest, status_for
 
 STOP_REASONS: list[StopRequest] = ["timeout", "user_stopped", "session_ended", "idle_timeout"]
 EXIT_CODES = [0, 1, 137]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from supervisor.models import (
+from supervisor.core.models import (
     MAX_COMMAND_BYTES,
     MAX_ENV_BYTES,
     MAX_TIMEOUT_MS,

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.events import BaseEvent, TaskOutput, TaskOutputSuppressed
-from supervisor.monitor import LineChunker, TokenBucket
-from supervisor.policy import Monitor
+from supervisor.core.events import BaseEvent, TaskOutput, TaskOutputSuppressed
+from supervisor.core.monitor import LineChunker, TokenBucket
+from supervisor.core.policy import Monitor
 
 MAX_CHUNK = 1024
 PIECE = MAX_CHUNK - 1  # room for the separator

@@ -1,4 +1,4 @@
-"""OutputFile (real file + thread pool), read_slice, read_tail, _utf8_safe_end."""
+"""OutputFile (real file + thread pool), read_slice, read_tail, utf8_safe_end."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.output import (
+from supervisor.core.text import utf8_safe_end
+from supervisor.state.output import (
     OutputFile,
-    _utf8_safe_end,
     cap_marker,
     dropped_marker,
     gap_marker,
@@ -226,15 +226,15 @@ async def test_a_short_write_on_a_full_disk_keeps_what_fit(
         (b"a\xff", 2),  # invalid lead byte
     ],
 )
-def test_utf8_safe_end(data: bytes, end: int) -> None:
-    assert _utf8_safe_end(data) == end
+def testutf8_safe_end(data: bytes, end: int) -> None:
+    assert utf8_safe_end(data) == end
 
 
 @given(st.text(max_size=20), st.integers(0, 3))
-def test_utf8_safe_end_property(text: str, chop: int) -> None:
+def testutf8_safe_end_property(text: str, chop: int) -> None:
     data = text.encode("utf-8", "surrogatepass")
     data = data[: max(0, len(data) - chop)]
-    end = _utf8_safe_end(data)
+    end = utf8_safe_end(data)
     assert len(data) - 3 <= end <= len(data)
     data[:end].decode("utf-8", "surrogatepass")  # the kept part decodes cleanly
 

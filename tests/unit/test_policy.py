@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from supervisor.errors import PolicyError
-from supervisor.policy import (
+from supervisor.core.errors import PolicyError
+from supervisor.core.policy import (
     SAFE_CAPABILITIES,
     Env,
     Limits,

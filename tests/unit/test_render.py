@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.events import (
+from supervisor.core.events import (
     EventsGap,
     SessionEnded,
     TaskFailed,
@@ -19,7 +19,14 @@ from supervisor.events import (
     TaskStarted,
     TaskStopped,
 )
-from supervisor.render import duration_text, render_json, render_xml, summary, xml_attr, xml_text
+from supervisor.core.render import (
+    duration_text,
+    render_json,
+    render_xml,
+    summary,
+    xml_attr,
+    xml_text,
+)
 
 TID = "bg-7f3a9c2e"
 OUT = "/state/sessions/s1/tasks/bg-7f3a9c2e.output"

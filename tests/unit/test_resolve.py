@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from supervisor.backend.base import ContainerRequest, Mount, Ulimit
-from supervisor.backend.docker import request_to_config
-from supervisor.errors import PolicyError, SpecError
-from supervisor.models import TaskLimits, TaskSpec
-from supervisor.policy import Env, Limits, Logs, Policy, Timeouts, Tmpfs, Watch, Workspace
-from supervisor.resolve import MIB, Effective, container_request, resolve, workspace_mount
+from supervisor.core.container import ContainerRequest, Mount, Ulimit
+from supervisor.core.errors import PolicyError, SpecError
+from supervisor.core.models import TaskLimits, TaskSpec
+from supervisor.core.policy import Env, Limits, Logs, Policy, Timeouts, Tmpfs, Watch, Workspace
+from supervisor.core.resolve import MIB, Effective, container_request, resolve, workspace_mount
+from supervisor.engine.docker import request_to_config
 
 CEILINGS = Limits(
     memory_mb=256, cpus=1.5, pids=128, nofile=512, fsize_mb=100, output_cap_bytes=1 << 20

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.resync import (
+from supervisor.core.resync import (
     COPIER_CHUNK,
     Message,
     after_anchor,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.events import BaseEvent, EventsGap, SessionEnded, TaskOutput, parse_event
-from supervisor.sinks import CallbackSink, JsonlSink, MemorySink, Sink, SinkRunner
+from supervisor.core.events import BaseEvent, EventsGap, SessionEnded, TaskOutput, parse_event
+from supervisor.state.sinks import CallbackSink, JsonlSink, MemorySink, Sink, SinkRunner
 
 SID = "s1"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.stall import IDLE_CPU_FRACTION, StallDetector, looks_like_prompt
+from supervisor.core.stall import IDLE_CPU_FRACTION, StallDetector, looks_like_prompt
 
 
 def test_process_state_blocked_long_enough_is_one_stall() -> None:

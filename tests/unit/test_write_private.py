@@ -8,7 +8,7 @@ import stat
 import threading
 from pathlib import Path
 
-from supervisor.daemon.auth import write_private
+from supervisor.interfaces.daemon.auth import write_private
 
 
 def test_mode_is_0600_and_no_temp_file_is_left(tmp_path: Path) -> None:

@@ -1,0 +1,1 @@
+"""Pure core: contracts, policies and the sans-I/O logic. Imports nothing above itself."""

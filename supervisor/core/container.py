@@ -1,0 +1,84 @@
+"""Value types the engine layer takes and returns: a container request, its state, output
+segments. Pure data, so the core (resolve, resync) can build and read them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Ulimit(_Frozen):
+    """One resource limit (soft = hard unless given)."""
+
+    name: str
+    soft: int
+    hard: int
+
+
+class Mount(_Frozen):
+    """A host directory bind-mounted into the container."""
+
+    source: str
+    target: str
+    read_only: bool = True
+
+
+class ContainerRequest(_Frozen):
+    """Everything needed to create one task container, already validated against a policy."""
+
+    name: str
+    image: str
+    command: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+    user: str
+    working_dir: str
+    runtime: str = "runc"
+    network: str = "none"
+    network_aliases: list[str] = Field(default_factory=list)
+    """Names other containers on the same (user-defined) network can use to reach this one."""
+    read_only: bool = True
+    tmpfs: dict[str, str] = Field(default_factory=dict)
+    memory_bytes: int
+    nano_cpus: int
+    pids_limit: int
+    ulimits: list[Ulimit] = Field(default_factory=list)
+    cap_add: list[str] = Field(default_factory=list)
+    init: bool = True
+    stdin_open: bool = True
+    log_max_size: str = "64m"
+    log_max_files: int = 4
+    mounts: list[Mount] = Field(default_factory=list)
+
+
+class ContainerState(_Frozen):
+    """What the engine says about a container."""
+
+    id: str
+    status: str
+    """created, running, paused, restarting, removing, exited, dead."""
+    running: bool
+    exit_code: int | None = None
+    oom_killed: bool = False
+    error: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    pid: int | None = None
+    """Host pid of the container's PID 1 (local engines only; 0/None otherwise)."""
+    runtime: str | None = None
+
+
+class ContainerSummary(_Frozen):
+    """One line of a labeled container listing."""
+
+    id: str
+    status: str
+    labels: dict[str, str]
+
+
+#: (stream, payload): 1 stdout, 2 stderr; the payload may be a view into a read buffer.
+Segment = tuple[int, bytes | memoryview]

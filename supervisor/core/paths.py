@@ -1,0 +1,35 @@
+"""Where things live on the host: the state directory and the daemon's files in it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def default_state_dir() -> Path:
+    """``$SBX_STATE_DIR``, else ``$XDG_STATE_HOME/sbx``, else ``~/.local/state/sbx``."""
+    env = os.environ.get("SBX_STATE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return Path(xdg) / "sbx" if xdg else Path.home() / ".local" / "state" / "sbx"
+
+
+def daemon_dir(state_dir: Path | None = None) -> Path:
+    """The daemon's folder in ``state_dir``: its socket, admin token and ``daemon.json``."""
+    return (state_dir or default_state_dir()) / "daemon"
+
+
+def daemon_socket(state_dir: Path | None = None) -> Path:
+    """``$SBX_SOCKET``, else the daemon's unix socket in ``state_dir``."""
+    return Path(os.environ.get("SBX_SOCKET") or daemon_dir(state_dir) / "sbx.sock")
+
+
+def admin_token_file(state_dir: Path | None = None) -> Path:
+    """The daemon's admin token (mode 0600)."""
+    return daemon_dir(state_dir) / "admin.token"
+
+
+def daemon_info_file(state_dir: Path | None = None) -> Path:
+    """``daemon.json``: the running daemon's pid, socket, TCP address and token file."""
+    return daemon_dir(state_dir) / "daemon.json"

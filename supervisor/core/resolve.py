@@ -1,0 +1,206 @@
+"""Pure: combine a TaskSpec with its Policy into effective settings and a container request."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from supervisor.core.container import ContainerRequest, Mount, Ulimit
+from supervisor.core.errors import PolicyError, SpecError
+from supervisor.core.models import StdinMode, TaskSpec
+from supervisor.core.policy import Limits, Policy
+
+MIB = 1024 * 1024
+#: The command runs as ``/bin/sh -c`` with stderr folded into stdout *inside* the container,
+#: so the output file keeps the exact order the command wrote in (two engine-side pipes
+#: would let stdout and stderr overtake each other).
+MERGE_PREFIX = "exec 2>&1; "
+#: Host paths a workspace may neither be, lie under, nor contain: the engine's API socket,
+#: its exec root (which holds the socket of the containerd it manages), containerd's own
+#: socket folder, and the data roots (every container's files). Compared after realpath;
+#: the /var/run spellings matter where /var/run is not a symlink to /run.
+_ENGINE_PATHS = (
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/var/run/docker",
+    "/run/docker",
+    "/var/run/containerd",
+    "/run/containerd",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+)
+
+
+@dataclass(frozen=True)
+class Effective:
+    """The settings a task actually runs with."""
+
+    policy: Policy
+    limits: Limits
+    timeout_ms: int | None
+    persistent: bool
+    stdin: StdinMode
+    stall_after_s: float | None
+    poll_every_s: float | None
+    poll_tail_chars: int
+    poll_only_on_change: bool
+    idle_timeout_ms: int | None
+    env: dict[str, str]
+    grace_s: float
+
+
+def resolve(spec: TaskSpec, policy: Policy) -> Effective:
+    """Apply the policy to the spec. Asking for more than the policy allows is a SpecError
+    naming the field, the value and the allowed range; nothing is silently clamped."""
+    pname = policy.name
+    t = policy.timeouts
+    if spec.persistent:
+        if not t.allow_persistent:
+            raise SpecError(f"persistent: policy {pname!r} does not allow persistent tasks")
+        timeout_ms = None
+    else:
+        timeout_ms = spec.timeout_ms if spec.timeout_ms is not None else t.default_ms
+        if timeout_ms > t.max_ms:
+            raise SpecError(
+                f"timeout_ms: {timeout_ms} is more than policy {pname!r} allows "
+                f"(allowed: 1..{t.max_ms})"
+            )
+
+    limits = policy.limits
+    if spec.limits is not None:
+        updates: dict[str, object] = {}
+        for name, value in spec.limits.model_dump(exclude_none=True).items():
+            ceiling = getattr(policy.limits, name)
+            if value > ceiling:
+                raise SpecError(
+                    f"limits.{name}: {value} is more than policy {pname!r} allows "
+                    f"(a task may only tighten limits; allowed: up to {ceiling})"
+                )
+            updates[name] = value
+        limits = policy.limits.model_copy(update=updates)
+
+    env = dict(policy.env.fixed)
+    for name, value in spec.env.items():
+        if name in policy.env.fixed:
+            raise SpecError(
+                f"env.{name}: policy {pname!r} fixes this variable; tasks cannot override it"
+            )
+        if not policy.env.allows(name):
+            allowed = ", ".join(policy.env.allow) or "none"
+            raise SpecError(
+                f"env.{name}: policy {pname!r} does not let tasks set this variable "
+                f"(allowed names: {allowed})"
+            )
+        env[name] = value
+
+    stdin = spec.stdin or policy.stdin
+    stall_after = (
+        spec.stall_after_s if spec.stall_after_s is not None else policy.watch.stall_after_s
+    )
+    idle = spec.idle_timeout_ms if spec.idle_timeout_ms is not None else t.idle_timeout_ms
+    return Effective(
+        policy=policy,
+        limits=limits,
+        timeout_ms=timeout_ms,
+        persistent=spec.persistent,
+        stdin=stdin,
+        stall_after_s=stall_after if (stdin == "pipe" and policy.watch.stall_detection) else None,
+        poll_every_s=spec.poll_every_s
+        if spec.poll_every_s is not None
+        else policy.watch.poll_every_s,
+        poll_tail_chars=spec.poll_tail_chars or policy.watch.poll_tail_chars,
+        poll_only_on_change=(
+            spec.poll_only_on_change
+            if spec.poll_only_on_change is not None
+            else policy.watch.poll_only_on_change
+        ),
+        idle_timeout_ms=idle,
+        env=env,
+        grace_s=t.grace_s,
+    )
+
+
+def workspace_mount(policy: Policy, roots: Sequence[Path]) -> Mount | None:
+    """The policy's workspace as a bind mount, only if it lies under a configured root."""
+    ws = policy.workspace
+    if ws is None:
+        return None
+    real = os.path.realpath(ws.host_path)
+    for root in roots:
+        root_real = os.path.realpath(root)
+        if real == root_real or real.startswith(root_real.rstrip("/") + "/"):
+            break
+    else:
+        allowed = ", ".join(str(r) for r in roots) or "none configured (SBX_WORKSPACE_ROOTS)"
+        raise PolicyError(
+            f"policy {policy.name!r}: workspace.host_path {ws.host_path!r} is not under an "
+            f"allowed workspace root ({allowed})"
+        )
+    for bad in _ENGINE_PATHS:
+        if real == bad or real.startswith(bad + "/") or bad.startswith(real.rstrip("/") + "/"):
+            raise PolicyError(
+                f"policy {policy.name!r}: workspace {ws.host_path!r} would expose {bad}"
+            )
+    if not os.path.isdir(real):
+        raise PolicyError(f"policy {policy.name!r}: workspace {ws.host_path!r} is not a directory")
+    return Mount(source=real, target=ws.container_path, read_only=ws.mode == "ro")
+
+
+def container_request(
+    *,
+    name: str,
+    command: str,
+    eff: Effective,
+    labels: dict[str, str],
+    network: str,
+    workspace: Mount | None,
+    image: str | None = None,
+    aliases: list[str] | None = None,
+) -> ContainerRequest:
+    """The container for one task, hardened as the policy says."""
+    p = eff.policy
+    lim = eff.limits
+    env = dict(eff.env)
+    if p.init:
+        # Forward SIGTERM to the command's whole process group, not just ``sh``.
+        env["TINI_KILL_PROCESS_GROUP"] = "1"
+    uid, _, gid = p.user.partition(":")
+    tmpfs = {}
+    for t in p.tmpfs:
+        # Owned by the task's user: Docker 20.10 loses ``mode`` when the working directory
+        # is the mount point, so ownership is what keeps it writable. The engine defaults
+        # to noexec, so say which one we mean.
+        tmpfs[t.path] = (
+            f"rw,{'exec' if t.exec_allowed else 'noexec'},nosuid,nodev,size={t.size_mb}m,"
+            f"nr_inodes={t.nr_inodes},mode={t.mode},uid={uid},gid={gid or uid}"
+        )
+    return ContainerRequest(
+        name=name,
+        image=image or p.image,
+        command=["/bin/sh", "-c", MERGE_PREFIX + command],
+        env=env,
+        labels=labels,
+        user=p.user,
+        working_dir=p.working_dir,
+        runtime=p.runtime,
+        network=network,
+        network_aliases=list(aliases or []),
+        read_only=p.read_only_rootfs,
+        tmpfs=tmpfs,
+        memory_bytes=lim.memory_mb * MIB,
+        nano_cpus=int(lim.cpus * 1e9),
+        pids_limit=lim.pids,
+        ulimits=[
+            Ulimit(name="nofile", soft=lim.nofile, hard=lim.nofile),
+            Ulimit(name="fsize", soft=lim.fsize_mb * MIB, hard=lim.fsize_mb * MIB),
+            Ulimit(name="core", soft=lim.core_mb * MIB, hard=lim.core_mb * MIB),
+        ],
+        cap_add=list(p.cap_add),
+        init=p.init,
+        stdin_open=eff.stdin == "pipe",
+        log_max_size=f"{p.logs.max_size_mb}m",
+        log_max_files=p.logs.max_files,
+        mounts=[workspace] if workspace else [],
+    )

@@ -1,0 +1,174 @@
+"""Pure logic for re-attaching to a running container without losing or repeating a byte.
+
+The engine offers two views of a container's output: a live attach (only what is printed
+after it subscribes) and its json-file log (everything, but line by line). Attaching with
+the log replayed first leaves a window between the two in which a line reaches neither,
+so the supervisor instead attaches live first, pauses the container, reads the log, and
+works out where the live stream starts inside it. The engine's log copier only writes
+whole lines (and pieces of 16 KiB when a line is longer), so the log holds the live
+bytes up to their last newline, or up to the last 16 KiB boundary after it; the rest of
+the live bytes are still in the copier's buffer. This module computes that overlap.
+"""
+
+from __future__ import annotations
+
+import codecs
+import itertools
+import re
+from collections.abc import Sequence
+
+from supervisor.core.container import Segment
+
+#: The engine's log copier buffer: a line longer than this is logged in pieces of this size.
+COPIER_CHUNK = 16 * 1024
+
+_SIGNATURE = 64
+#: The engine's message time with ``timestamps=1``: RFC 3339, UTC, nine fraction digits.
+#: Fixed width, so byte order is time order.
+_STAMP = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ")
+STAMP_LEN = 31
+
+#: One log message: (stream, time, payload).
+Message = tuple[int, bytes, bytes]
+
+
+def _per_byte_replace(exc: UnicodeError) -> tuple[str, int]:
+    assert isinstance(exc, UnicodeDecodeError)
+    return "\ufffd" * (exc.end - exc.start), exc.end
+
+
+codecs.register_error("sbx-per-byte-replace", _per_byte_replace)
+
+
+def engine_log_bytes(data: bytes) -> bytes:
+    """``data`` as the engine's json-file log gives it back: every byte that is not part
+    of valid UTF-8 becomes U+FFFD (the engine's JSON encoder replaces byte by byte)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "sbx-per-byte-replace").encode("utf-8")
+    return data
+
+
+def logged_prefix_by_lines(live: bytes, chunk: int = COPIER_CHUNK) -> int | None:
+    """How many leading bytes of ``live`` the log holds, known from newlines alone: all of
+    them up to the last newline, then whole ``chunk`` pieces of the unfinished line. None
+    when ``live`` has no newline (the unfinished line began before it; see
+    :func:`overlap`)."""
+    last = live.rfind(b"\n")
+    if last < 0:
+        return None
+    unfinished = len(live) - (last + 1)
+    return len(live) - unfinished % chunk
+
+
+def _raw_positions(data: bytes) -> dict[int, int]:
+    """Map the log's length of each character-boundary prefix of ``data`` to its raw length."""
+    positions = {0: 0}
+    i = logged = 0
+    while i < len(data):
+        lead = data[i]
+        size = 1
+        if lead >= 0x80:
+            size = 2 if 0xC2 <= lead <= 0xDF else 3 if 0xE0 <= lead <= 0xEF else 4
+            try:
+                data[i : i + size].decode("utf-8")
+            except UnicodeDecodeError:
+                size = 0
+        if size:
+            i += size
+            logged += size
+        else:
+            i += 1
+            logged += 3
+        positions[logged] = i
+    return positions
+
+
+def overlap(log_tail: bytes, live: bytes) -> int:
+    """The largest ``j`` such that the log ends with ``live[:j]`` (as the log stores it).
+
+    Used when ``live`` holds no newline: the log then ends at a piece boundary somewhere
+    in the unfinished line, and the only way to tell where is to compare bytes.
+    """
+    if not live or not log_tail:
+        return 0
+    encoded = engine_log_bytes(live)
+    # Raw prefix lengths by encoded length (they differ only where bytes were replaced).
+    raw_at = None if len(encoded) == len(live) else _raw_positions(live)
+    best = 0
+    limit = min(len(encoded), len(log_tail))
+    # Short overlaps: check each length directly.
+    for k in range(1, min(limit, _SIGNATURE) + 1):
+        if log_tail.endswith(encoded[:k]):
+            best = k
+    if limit > _SIGNATURE:
+        # Longer ones must contain the log's last bytes: find where they occur in the live
+        # bytes (a C-speed search), then compare the whole overlap at each candidate.
+        signature = log_tail[-_SIGNATURE:]
+        start = _SIGNATURE
+        while True:
+            at = encoded.find(signature, start - _SIGNATURE, limit)
+            if at < 0:
+                break
+            k = at + _SIGNATURE
+            if k > best and log_tail.endswith(encoded[:k]):
+                best = k
+            start = k + 1
+    if raw_at is None:
+        return best
+    while best > 0 and best not in raw_at:
+        best -= 1
+    return raw_at.get(best, 0)
+
+
+def split_stamp(kind: int, frame: bytes) -> Message | None:
+    """A timestamped log frame as ``(stream, time, payload)``; None if it is not one."""
+    if _STAMP.match(frame) is None:
+        return None
+    return kind, frame[: STAMP_LEN - 1], frame[STAMP_LEN:]
+
+
+def after_anchor(
+    messages: Sequence[Message], anchor: bytes, seen: int, *, whole_log: bool
+) -> list[Message] | None:
+    """The messages of a log tail that come after an anchor: the time of the last message
+    already read and how many messages with that time were read (pieces of one long line
+    share their first piece's time). None when the tail does not reach back to the
+    anchor (read a longer one) or the times are out of order (do not trust them).
+
+    ``whole_log``: the tail is the whole log, so an anchor older than all of it (rotated
+    away) still counts as reached.
+    """
+    times = [t for _, t, _ in messages]
+    if any(a > b for a, b in itertools.pairwise(times)):
+        return None
+    if not whole_log and (not messages or messages[0][1] >= anchor):
+        return None
+    out: list[Message] = []
+    equal = 0
+    for message in messages:
+        stamp = message[1]
+        if stamp < anchor:
+            continue
+        if stamp == anchor:
+            equal += 1
+            if equal <= seen:
+                continue
+        out.append(message)
+    return out
+
+
+def drop_known(skip: dict[int, int], segments: Sequence[Segment]) -> list[Segment]:
+    """``segments`` without the first ``skip[stream]`` bytes of each stream (1 stdout, 2
+    stderr), which are already stored; ``skip`` counts down as they pass."""
+    out: list[Segment] = []
+    for kind, payload in segments:
+        key = 2 if kind == 2 else 1
+        known = skip[key]
+        if known >= len(payload):
+            skip[key] = known - len(payload)
+            continue
+        skip[key] = 0
+        out.append((kind, payload[known:]))
+    return out

@@ -1,0 +1,133 @@
+"""The engine Protocol: what the supervisor needs from a container engine, and nothing more."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol
+
+from supervisor.core.container import (
+    ContainerRequest,
+    ContainerState,
+    ContainerSummary,
+    Segment,
+)
+
+
+class AttachedStream(Protocol):
+    """A live connection to a container's stdio."""
+
+    async def read(self) -> list[Segment] | None:
+        """Next output segments ``(stream, bytes)``; None once the output has ended."""
+        ...
+
+    async def write(self, data: bytes) -> None:
+        """Write to the container's stdin."""
+        ...
+
+    async def close_stdin(self) -> None:
+        """Give the command EOF on stdin; output keeps flowing."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the connection (idempotent)."""
+        ...
+
+
+class Backend(Protocol):
+    """A container engine. Implementations translate their errors into SupervisorError."""
+
+    name: str
+    local: bool
+    """True when the engine runs on this host, so host pids and /proc are meaningful."""
+
+    async def ping(self) -> dict[str, str]:
+        """Engine version info; raises EngineUnavailable."""
+        ...
+
+    async def alive(self) -> bool:
+        """A cheap liveness probe (no thread, no version negotiation)."""
+        ...
+
+    async def create(self, request: ContainerRequest) -> str:
+        """Create (not start) a container; return its id."""
+        ...
+
+    async def attach(self, container_id: str, *, stdin: bool, logs: bool) -> AttachedStream:
+        """Attach to stdio; with ``logs`` the engine first replays what it has stored."""
+        ...
+
+    async def pause(self, container_id: str) -> None:
+        """Freeze every process of a running container (its output stops at once)."""
+        ...
+
+    async def unpause(self, container_id: str) -> None:
+        """Thaw a paused container; one that is not paused or is gone is not an error."""
+        ...
+
+    def logs(
+        self, container_id: str, *, tail: int | None = None, timestamps: bool = False
+    ) -> AsyncIterator[list[Segment]]:
+        """What the engine's log holds now (no follow), as segments in log order: every
+        message, or the last ``tail``. With ``timestamps`` each segment is one whole
+        message, starting with the engine's RFC 3339 time (UTC, nanoseconds) and a space."""
+        ...
+
+    async def start(self, container_id: str) -> None:
+        """Start a created container."""
+        ...
+
+    async def wait(self, container_id: str) -> ContainerState:
+        """Block until the container is not running; return its final state."""
+        ...
+
+    async def kill(self, container_id: str, signal: Literal["SIGTERM", "SIGKILL"]) -> None:
+        """Signal PID 1; a container that is already gone or stopped is not an error."""
+        ...
+
+    async def inspect(self, container_id: str) -> ContainerState | None:
+        """Current state, or None when the container no longer exists."""
+        ...
+
+    async def remove(self, container_id: str) -> None:
+        """Force-remove; a container already gone is not an error."""
+        ...
+
+    async def list_labeled(self, label: str) -> list[ContainerSummary]:
+        """Containers (any state) carrying ``label`` (``key`` or ``key=value``)."""
+        ...
+
+    async def image_id(self, image: str) -> str | None:
+        """The id of a local image, or None when it is not present."""
+        ...
+
+    async def runtimes(self) -> set[str]:
+        """Names of the OCI runtimes the engine knows."""
+        ...
+
+    async def live_restore(self) -> bool:
+        """Whether containers keep running while the engine restarts."""
+        ...
+
+    async def cpu_time_ns(self, container_id: str) -> int | None:
+        """Total CPU time the container has used, or None when unknown."""
+        ...
+
+    async def host_pids(self, container_id: str) -> list[int] | None:
+        """Host pids of the container's processes, or None when not observable."""
+        ...
+
+    async def ensure_network(self, name: str, labels: dict[str, str]) -> None:
+        """Create a bridge network if missing."""
+        ...
+
+    async def remove_network(self, name: str) -> None:
+        """Remove a network; missing is not an error."""
+        ...
+
+    async def connect_network(self, container_id: str, network: str) -> None:
+        """Attach a created container to a network."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and threads."""
+        ...

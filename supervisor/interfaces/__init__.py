@@ -1,0 +1,1 @@
+"""Interfaces: the HTTP client, the daemon, the MCP server and the CLI."""

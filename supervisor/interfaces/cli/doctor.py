@@ -1,0 +1,81 @@
+"""``sbx doctor``: is this host ready to run sandboxed tasks? Exit 0 only when it is."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from supervisor.core.paths import default_state_dir
+from supervisor.interfaces.cli.common import HelpFormatter, fail, print_json, print_table
+from supervisor.tooling.doctor import run_checks
+
+EPILOG = """\
+Checks: the engine answers (honours DOCKER_HOST); runc and runsc are registered and a
+probe container really starts under each; the sandbox images are present and built from
+the current sources; the state directory is writable; the policy files load.
+runsc missing or broken is a warning (only the policies that ask for gVisor cannot run);
+a stale image is a warning; everything else that is not ok fails.
+
+exit status: 0 ready, 1 not ready
+
+examples:
+  sbx doctor
+  sbx doctor --json | jq '.checks[] | select(.status != "ok")'
+  DOCKER_HOST=unix:///run/other.sock sbx doctor --no-probe
+"""
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir or default_state_dir()
+    report = asyncio.run(
+        run_checks(state_dir=state_dir, policies_dir=args.policies_dir, probe=not args.no_probe)
+    )
+    if args.json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        print_table(
+            ["check", "status", "detail"], [[c.name, c.status, c.detail] for c in report.checks]
+        )
+        if sys.stdout.isatty():
+            sys.stdout.write("ready\n" if report.ready else "not ready\n")
+    if report.ready:
+        return 0
+    failed = report.failures()
+    first = failed[0]
+    # Without an engine the other failures are consequences, not news.
+    others = 0 if first.name == "engine" else len(failed) - 1
+    more = f" (and {others} more failed checks)" if others else ""
+    return fail(f"not ready: {first.name}: {first.detail}{more}")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``sbx doctor``."""
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check the engine, runtimes, images and state dir",
+        description="Check whether this host can run sandboxed tasks, and say what to fix.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="state directory to check (default: $SBX_STATE_DIR or ~/.local/state/sbx)",
+    )
+    parser.add_argument(
+        "--policies-dir",
+        type=Path,
+        default=None,
+        help="policy files to load (default: $SBX_POLICIES_DIR or the checkout's policies/)",
+    )
+    parser.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="only ask the engine which runtimes exist; do not start probe containers",
+    )
+    parser.set_defaults(func=_doctor)

@@ -1,0 +1,74 @@
+"""``sbx``: entry point. Each subcommand lives in its own module with ``register()``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from supervisor.interfaces.cli.common import HelpFormatter
+
+#: Subcommand modules, in help order. Each has ``register(subparsers)`` which sets
+#: ``func(args) -> int`` on its parser(s).
+_MODULES = (
+    "supervisor.interfaces.cli.run",
+    "supervisor.interfaces.cli.tasks",
+    "supervisor.interfaces.cli.sessions",
+    "supervisor.interfaces.cli.serve",
+    "supervisor.interfaces.cli.mcp",
+    "supervisor.interfaces.cli.policies",
+    "supervisor.interfaces.cli.images",
+    "supervisor.interfaces.cli.doctor",
+)
+
+EPILOG = """\
+examples:
+  sbx run -- make test       run a command in a sandbox, stream its output
+  sbx run --bg -- npm start  in the background; then sbx ps, logs -f, stop
+  sbx doctor                 check the engine, runtimes and images
+  sbx images build           build the sandbox images (offline)
+  sbx serve --banner         run the daemon (what `make run` does) and say how to connect
+  sbx mcp                    an MCP server over stdio for agent clients
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sbx",
+        description="Run every background command an AI agent launches in its own hardened "
+        "Docker container.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--log-level", default=None, help="debug, info, warning, error")
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(subs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    from supervisor.core.logs import configure_logging  # noqa: PLC0415
+
+    configure_logging(args.log_level)
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

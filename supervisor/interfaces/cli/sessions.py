@@ -1,0 +1,226 @@
+"""``sbx events`` and ``sbx session``: a session's event stream, listing and ending sessions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from supervisor.interfaces.cli.common import (
+    HelpFormatter,
+    nonnegative_int,
+    print_json,
+    print_table,
+    want_plain,
+)
+from supervisor.interfaces.cli.remote import (
+    CliError,
+    add_daemon_options,
+    call,
+    ensure_session,
+    format_time,
+    session_id,
+)
+from supervisor.interfaces.client import ApiError, SbxClient
+
+#: Server-side long-poll per request while following (the server caps it at 300 s).
+FOLLOW_WAIT_S = 25.0
+
+EVENTS_EPILOG = """\
+json: one event a line (task.started, task.output, task.poll, task.stalled, task.stopped,
+task.failed, session.ended), each with its seq. xml: what an agent is shown, the
+<task-notification> and <background_task_poll> blocks. Resume later with --since <last seq>.
+
+examples:
+  sbx events                                 everything the session still holds
+  sbx events -f                              and keep following until the session ends
+  sbx events --format xml --since 41
+  sbx events -f | jq -c 'select(.type == "task.stopped")'
+"""
+
+SESSION_EPILOG = """\
+examples:
+  sbx session list
+  sbx session end ci-42        stop and remove every container of session ci-42
+"""
+
+SESSION_LIST_EPILOG = """\
+examples:
+  sbx session list
+  sbx session list --json | jq -r '.[].session_id'
+"""
+
+SESSION_END_EPILOG = """\
+Every task of the session is stopped (SIGTERM, grace, SIGKILL) and its container removed;
+the session's tokens are revoked. Its records stay: using the id again opens it anew.
+
+examples:
+  sbx session end                  the current session ($SBX_SESSION or default)
+  sbx session end ci-42 --json
+"""
+
+
+def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    ev = subs.add_parser(
+        "events",
+        help="print a session's events (json lines) or notifications (xml); -f follows",
+        description="Print the events of a session after a seq, as JSON lines or as the "
+        "notification blocks an agent sees.",
+        epilog=EVENTS_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    ev.add_argument(
+        "-f", "--follow", action="store_true", help="keep following until the session ends"
+    )
+    ev.add_argument(
+        "--since", type=_seq, default=0, metavar="SEQ", help="only events after this seq"
+    )
+    ev.add_argument(
+        "--format", choices=["json", "xml"], default="json", help="json lines or xml blocks"
+    )
+    ev.add_argument(
+        "--json", dest="format", action="store_const", const="json", help="same as --format json"
+    )
+    add_daemon_options(ev)
+    ev.set_defaults(func=lambda a: call(a, _events))
+
+    session = subs.add_parser(
+        "session",
+        help="list or end sessions",
+        description="List the open sessions, or end one (stopping all of its tasks).",
+        epilog=SESSION_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+
+    def usage(_args: argparse.Namespace) -> int:
+        session.print_help()
+        return 2
+
+    session.set_defaults(func=usage)
+    ssubs = session.add_subparsers(dest="session_command", metavar="SUBCOMMAND")
+    listing = ssubs.add_parser(
+        "list",
+        help="the open sessions: tasks, running, last event seq",
+        description="List the daemon's open sessions.",
+        epilog=SESSION_LIST_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    add_daemon_options(listing, session=False)
+    listing.set_defaults(func=lambda a: call(a, _session_list))
+
+    end = ssubs.add_parser(
+        "end",
+        help="end a session: stop and remove all of its containers",
+        description="End a session: stop every task, remove the containers, revoke its tokens.",
+        epilog=SESSION_END_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    end.add_argument(
+        "session_arg",
+        nargs="?",
+        default=None,
+        metavar="S",
+        help="session id (default: --session, $SBX_SESSION or default)",
+    )
+    end.add_argument("--json", action="store_true", help="machine-readable output")
+    add_daemon_options(end)
+    end.set_defaults(func=lambda a: call(a, _session_end))
+
+
+_seq = nonnegative_int("an event seq number")
+
+
+# -- events -------------------------------------------------------------------------------
+
+
+async def _events(client: SbxClient, args: argparse.Namespace) -> int:
+    sid = session_id(args)
+    await ensure_session(client, sid)
+    cursor = args.since
+    wait_s = FOLLOW_WAIT_S if args.follow else 0.0
+    while True:
+        try:
+            if args.format == "xml":
+                cursor, ended = await _xml_batch(client, sid, cursor, wait_s)
+            else:
+                cursor, ended = await _json_batch(client, sid, cursor, wait_s)
+        except ApiError as exc:
+            if exc.status == 404 and args.follow:
+                return 0  # the session ended and the daemon let go of it
+            raise
+        if ended:
+            return 0
+
+
+async def _json_batch(client: SbxClient, sid: str, cursor: int, wait_s: float) -> tuple[int, bool]:
+    """Print the next batch; (new cursor, nothing more will come for this call's purpose)."""
+    body = await client.events(sid, after=cursor, wait_s=wait_s)
+    events: list[dict[str, Any]] = body["events"]
+    for ev in events:
+        sys.stdout.write(json.dumps(ev) + "\n")
+    sys.stdout.flush()
+    new_cursor = int(body["last_seq"])
+    if any(ev.get("type") == "session.ended" for ev in events):
+        return new_cursor, True
+    if events:
+        return new_cursor, False
+    # Nothing new: done unless following a session that is still open.
+    return new_cursor, wait_s == 0 or bool(body.get("ended"))
+
+
+async def _xml_batch(client: SbxClient, sid: str, cursor: int, wait_s: float) -> tuple[int, bool]:
+    text, last = await client.notifications(sid, after=cursor, fmt="xml", wait_s=wait_s)
+    if text:
+        sys.stdout.write(text.rstrip("\n") + "\n")
+        sys.stdout.flush()
+    if last != cursor:
+        return last, False
+    if wait_s == 0:
+        return last, True
+    # No new events at all: the long-poll timed out, or the session's log has closed (then
+    # the daemon answers at once, so ask whether that is why).
+    body = await client.events(sid, after=cursor, wait_s=0)
+    return last, bool(body.get("ended")) and not body["events"]
+
+
+# -- session ------------------------------------------------------------------------------
+
+
+async def _session_list(client: SbxClient, args: argparse.Namespace) -> int:
+    sessions = await client.sessions()
+    if args.json:
+        print_json(sessions)
+        return 0
+    if not sessions and not want_plain(args):
+        sys.stdout.write("no open sessions\n")
+        return 0
+    rows = [
+        [
+            s["session_id"],
+            s.get("tasks", 0),
+            s.get("running", 0),
+            s.get("last_seq", 0),
+            format_time(s.get("created_at")),
+        ]
+        for s in sessions
+    ]
+    print_table(["session", "tasks", "running", "last seq", "created"], rows)
+    return 0
+
+
+async def _session_end(client: SbxClient, args: argparse.Namespace) -> int:
+    sid = args.session_arg or session_id(args)
+    try:
+        body = await client.end_session(sid)
+    except ApiError as exc:
+        if exc.status == 404:
+            raise CliError(f"no open session {sid!r}") from exc
+        raise
+    if args.json:
+        print_json(body)
+    else:
+        n = int(body.get("tasks_stopped", 0))
+        sys.stdout.write(f"session {sid} ended; {n} running task{'s' if n != 1 else ''} stopped\n")
+    return 0

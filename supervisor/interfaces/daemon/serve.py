@@ -1,0 +1,268 @@
+"""Run the daemon: the Supervisor, the API on a 0600 unix socket (and optional loopback TCP)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvicorn
+
+from supervisor.core.logs import get_logger
+from supervisor.core.paths import admin_token_file, daemon_dir, daemon_info_file, default_state_dir
+from supervisor.interfaces.daemon.app import AppConfig, create_app
+from supervisor.interfaces.daemon.auth import Auth, write_private
+from supervisor.runtime.supervisor import Supervisor
+from supervisor.state.sinks import Sink
+
+log = get_logger("supervisor.interfaces.daemon")
+
+
+@dataclass
+class DaemonSettings:
+    """Everything ``sbx serve`` can be told."""
+
+    state_dir: Path = field(default_factory=default_state_dir)
+    policies_dir: Path | None = None
+    socket_path: Path | None = None
+    listen: str | None = None
+    """``127.0.0.1:PORT`` (port 0 picks one) for loopback TCP; needs the bearer token."""
+    allow_hosts: list[str] = field(default_factory=list)
+    stop_tasks_on_exit: bool = False
+    docker_host: str | None = None
+    webhook_url: str | None = None
+    webhook_secret_file: Path | None = None
+    workspace_roots: list[Path] = field(default_factory=list)
+    event_retention: int = 100_000
+    """Events kept per session in the store."""
+    banner: bool = False
+    """Print how to connect (socket, token, MCP client configuration) once listening."""
+
+    @property
+    def daemon_dir(self) -> Path:
+        return daemon_dir(self.state_dir)
+
+    @property
+    def socket(self) -> Path:
+        return self.socket_path or self.daemon_dir / "sbx.sock"
+
+    @property
+    def token_file(self) -> Path:
+        return admin_token_file(self.state_dir)
+
+    @property
+    def info_file(self) -> Path:
+        return daemon_info_file(self.state_dir)
+
+
+class _Server(uvicorn.Server):
+    """Uvicorn without its own signal handling: the daemon handles signals for all listeners."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def _bind_unix(path: Path) -> socket.socket:
+    """A 0600 socket in a 0700 directory. A stale socket file (nobody answers) is replaced;
+    a live one means another daemon owns this state dir."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path.parent, 0o700)
+    if path.exists():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()
+        else:
+            probe.close()
+            raise SystemExit(f"sbx serve: another daemon is already listening on {path}")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(512)
+    sock.setblocking(False)
+    return sock
+
+
+def _bind_tcp(listen: str) -> socket.socket:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        raise SystemExit(
+            f"sbx serve: --listen {listen}: only loopback addresses are allowed "
+            "(127.0.0.1, ::1, localhost)"
+        )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host if host != "localhost" else "127.0.0.1", int(port)))
+    sock.listen(512)
+    sock.setblocking(False)
+    return sock
+
+
+def _webhook_sinks(settings: DaemonSettings) -> object | None:
+    if not settings.webhook_url:
+        return None
+    from supervisor.interfaces.daemon.webhook import WebhookSink  # noqa: PLC0415
+
+    secret = b""
+    if settings.webhook_secret_file is not None:
+        secret = settings.webhook_secret_file.read_bytes().strip()
+    url = settings.webhook_url
+
+    def factory(session_id: str) -> Iterable[Sink]:
+        return [WebhookSink(url, secret)]
+
+    return factory
+
+
+async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = None) -> int:
+    """Serve until SIGTERM/SIGINT; then stop listening, flush, and leave running containers
+    for the next start to re-adopt (or stop them with ``stop_tasks_on_exit``)."""
+    factory = _webhook_sinks(settings)
+    sup = Supervisor(
+        settings.state_dir,
+        settings.policies_dir,
+        docker_host=settings.docker_host,
+        stop_tasks_on_close=settings.stop_tasks_on_exit,
+        require_engine=False,
+        sinks=factory,  # type: ignore[arg-type]
+        workspace_roots=settings.workspace_roots,
+        event_retention=settings.event_retention,
+    )
+    await sup.start()
+    auth = Auth(settings.token_file)
+    for session in sup.sessions():
+        for digest in session.token_digests:
+            auth.restore(session.session_id, digest)
+    sockets: list[tuple[str, socket.socket]] = [("unix", _bind_unix(settings.socket))]
+    config = AppConfig(allowed_hosts={"-"})
+    tcp_address = None
+    if settings.listen:
+        tcp = _bind_tcp(settings.listen)
+        host, port = tcp.getsockname()[:2]
+        tcp_address = f"{host}:{port}"
+        names = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", *settings.allow_hosts}
+        config.allowed_hosts = names
+        config.allowed_origins = {f"http://{n}" for n in names}
+        sockets.append(("tcp", tcp))
+    # One app per listener: the Host/Origin guard applies to TCP only (on the 0600 unix
+    # socket, reachability already is the credential's first half).
+    apps = {"unix": create_app(sup, auth, AppConfig()), "tcp": create_app(sup, auth, config)}
+    servers = []
+    for kind, sock in sockets:
+        app = apps[kind]
+        uconfig = uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5
+        )
+        server = _Server(uconfig)
+        servers.append((server, sock))
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
+    info = {
+        "pid": os.getpid(),
+        "socket": str(settings.socket),
+        "tcp": tcp_address,
+        "token_file": str(settings.token_file),
+        "state_dir": str(settings.state_dir),
+        "instance_id": sup.instance_id,
+    }
+    write_private(settings.info_file, json.dumps(info) + "\n")
+    log.info("daemon_listening", **info)
+    if settings.banner:
+        sys.stdout.write(connect_banner(settings, sup, tcp_address) + "\n")
+        sys.stdout.flush()
+    if ready is not None:
+        ready.set()
+    try:
+        await asyncio.wait(
+            [*tasks, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        for server, _ in servers:
+            server.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await sup.aclose()
+        with contextlib.suppress(OSError):
+            settings.socket.unlink()
+        with contextlib.suppress(OSError):
+            settings.info_file.unlink()
+        log.info("daemon_stopped")
+    return 0
+
+
+def connect_banner(settings: DaemonSettings, sup: Supervisor, tcp: str | None) -> str:
+    """What a person needs to connect: the socket, the token, ready-to-paste MCP configs."""
+    sbx = Path(sys.executable).parent / "sbx"
+    sock, token = settings.socket, settings.token_file
+    engine = sup.engine_info.get("version", "unreachable")
+    custom = settings.state_dir.resolve() != default_state_dir().resolve()
+    env = f"SBX_STATE_DIR={settings.state_dir} " if custom else ""
+    mcp_json = json.dumps(
+        {
+            "mcpServers": {
+                "sbx": {
+                    "command": str(sbx),
+                    "args": ["mcp"],
+                    **({"env": {"SBX_STATE_DIR": str(settings.state_dir)}} if env else {}),
+                }
+            }
+        },
+        indent=2,
+    )
+    lines = [
+        f"sandbox-supervisor is running (pid {os.getpid()}, Docker engine {engine}, "
+        f"policies: {', '.join(sup.policies.names())})",
+        f"  socket       {sock}  (mode 0600, directory 0700)",
+        f"  admin token  {token}  (mode 0600)",
+    ]
+    if tcp:
+        lines.append(f"  loopback     http://{tcp}  (Authorization: Bearer <admin token>)")
+    lines += [
+        "",
+        "Try it from another terminal:",
+        f"  {env}{sbx} run -- echo hello from a sandbox",
+        f"  {env}{sbx} run --bg -- 'for i in 1 2 3; do echo tick $i; sleep 1; done'",
+        f"  {env}{sbx} ps",
+        f'  curl --unix-socket {sock} -H "Authorization: Bearer $(cat {token})" http://sbx/healthz',
+        "",
+        "MCP clients (stdio; one connection = one session, ended when it closes):",
+        f"  Claude Code:   claude mcp add sbx -- {env}{sbx} mcp",
+        "  .mcp.json / Claude Desktop (claude_desktop_config.json):",
+        *("    " + line for line in mcp_json.splitlines()),
+        "",
+        "Ctrl-C stops the daemon; running tasks are left for the next start to re-adopt.",
+    ]
+    return "\n".join(lines)
+
+
+def main_serve(settings: DaemonSettings) -> int:
+    try:
+        return asyncio.run(run_daemon(settings))
+    except KeyboardInterrupt:  # pragma: no cover - signal handler normally wins
+        return 130
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            sys.stderr.write(exc.code + "\n")
+            return 1
+        raise

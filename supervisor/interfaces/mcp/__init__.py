@@ -1,0 +1,1 @@
+"""The MCP server: one stdio connection is one session of the daemon."""

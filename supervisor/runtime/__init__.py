@@ -1,0 +1,1 @@
+"""Runtime layer: tasks, sessions, the warm pool, stall watching and the Supervisor."""

@@ -1,0 +1,200 @@
+"""The stall watching service: one loop for all tasks with an open stdin.
+
+For each task it picks the signal it can use: process state from the host kernel (local
+engine, runc, root) or the heuristic (silence + idle CPU + prompt-like tail) elsewhere.
+All ``/proc`` reads for one round go to a worker thread in a single call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from supervisor.core.errors import SupervisorError
+from supervisor.core.logs import get_logger
+from supervisor.core.stall import StallDetector, Verdict, looks_like_prompt
+from supervisor.engine import procfs
+from supervisor.engine.base import Backend
+from supervisor.state.output import read_tail
+
+if TYPE_CHECKING:
+    from supervisor.runtime.task.runner import TaskRunner
+
+log = get_logger("supervisor.core.stall")
+
+_TICK_S = 0.2
+
+
+@dataclass
+class _Watched:
+    runner: TaskRunner
+    detector: StallDetector
+    mode: str  # "process_state" | "heuristic" | "pending"
+    init_pid: int | None = None
+    seen_output: float = 0.0
+    failures: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class StallWatcher:
+    """Registry + loop. Runners call register/unregister/input_sent; output is noticed by
+    comparing each runner's last-output time (no per-chunk call on the capture path)."""
+
+    def __init__(self, backend: Backend, io: Executor, *, use_procfs: bool | None = None) -> None:
+        self._backend = backend
+        self._io = io
+        self._watched: dict[str, _Watched] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._use_procfs = (
+            (backend.local and procfs.procfs_usable()) if use_procfs is None else use_procfs
+        )
+
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def register(self, runner: TaskRunner) -> None:
+        if runner.eff.stall_after_s is None:
+            return
+        mode = "pending"
+        if not self._use_procfs or runner.eff.policy.runtime != "runc":
+            mode = "heuristic"
+        self._watched[runner.task_id] = _Watched(
+            runner, StallDetector(runner.eff.stall_after_s, self._now()), mode
+        )
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._loop(), name="stall-watcher")
+        self._wake.set()
+
+    def unregister(self, runner: TaskRunner) -> None:
+        self._watched.pop(runner.task_id, None)
+
+    def input_sent(self, runner: TaskRunner) -> None:
+        w = self._watched.get(runner.task_id)
+        if w is not None:
+            w.detector.input_sent(self._now())
+        runner.stalled = False
+
+    def signal_for(self, task_id: str) -> str | None:
+        """Which signal is watching a task (for tests and diagnostics)."""
+        w = self._watched.get(task_id)
+        return None if w is None else w.mode
+
+    async def aclose(self) -> None:
+        self._watched.clear()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    # -- the loop --------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while self._watched:
+            try:
+                await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the watcher must outlive any one odd task
+                log.exception("stall_round_failed")
+            await asyncio.sleep(_TICK_S)
+
+    async def _round(self) -> None:
+        now = self._now()
+        due: list[_Watched] = []
+        for w in list(self._watched.values()):
+            r = w.runner
+            if r.ended or not r.stdin_open or not r.lc.started or r.lc.stop_reason is not None:
+                continue
+            # New output ends an episode: whatever it waited for, it is making progress.
+            if r.last_output_mono != w.seen_output:
+                w.seen_output = r.last_output_mono
+                if r.last_output_mono > r.started_mono:
+                    w.detector.output(r.last_output_mono)
+                    r.stalled = False
+            if now - r.last_output_mono < 0.25 and r.last_output_mono > r.started_mono:
+                continue
+            if w.detector.due(now):
+                due.append(w)
+        if not due:
+            return
+        pending = [w for w in due if w.mode == "pending"]
+        if pending:
+            await asyncio.gather(*(self._resolve_mode(w) for w in pending))
+        procs = [w for w in due if w.mode == "process_state" and w.init_pid]
+        if procs:
+            pids = [w.init_pid for w in procs]
+            loop = asyncio.get_running_loop()
+            probes = await loop.run_in_executor(self._io, _probe_all, pids)
+            now = self._now()
+            for w, probe in zip(procs, probes, strict=True):
+                if not probe.ok:
+                    w.failures += 1
+                    if w.failures >= 3:
+                        log.info("stall_signal_fallback", task_id=w.runner.task_id, why=probe.why)
+                        w.mode = "heuristic"
+                    continue
+                verdict = w.detector.observe_process(now, blocked_on_stdin=probe.blocked)
+                if verdict is not None:
+                    await self._report(w, verdict)
+        heuristic = [w for w in due if w.mode == "heuristic"]
+        if heuristic:
+            await asyncio.gather(*(self._heuristic(w) for w in heuristic))
+
+    async def _resolve_mode(self, w: _Watched) -> None:
+        cid = w.runner.container_id
+        if cid is None:
+            return
+        # Straight from the cgroup: no engine round trip (the engine is slowest exactly when
+        # many tasks start at once).
+        loop = asyncio.get_running_loop()
+        pid = await loop.run_in_executor(self._io, _init_pid_local, cid)
+        if pid is not None:
+            w.init_pid = pid
+            w.mode = "process_state"
+            return
+        try:
+            state = await self._backend.inspect(cid)
+        except SupervisorError:
+            return
+        if state is None or not state.pid:
+            w.mode = "heuristic"
+            return
+        w.init_pid = state.pid
+        w.mode = "process_state"
+
+    async def _heuristic(self, w: _Watched) -> None:
+        r = w.runner
+        now = self._now()
+        tail = await read_tail(r.output_path, 400, self._io)
+        prompt = looks_like_prompt(tail)
+        cpu: int | None = None
+        if prompt and r.container_id is not None:
+            with contextlib.suppress(SupervisorError):
+                cpu = await self._backend.cpu_time_ns(r.container_id)
+        verdict = w.detector.observe_heuristic(
+            now, quiet_since=r.last_output_mono, cpu_ns=cpu, prompt_like=prompt
+        )
+        if verdict is not None:
+            await self._report(w, verdict)
+
+    async def _report(self, w: _Watched, verdict: Verdict) -> None:
+        await w.runner.report_stall(verdict.signal, verdict.waiting_s)
+
+
+def _init_pid_local(container_id: str) -> int | None:
+    cgroup = procfs.cgroup_dir(container_id)
+    return None if cgroup is None else procfs.init_pid_in(cgroup)
+
+
+def _probe_all(pids: list[int | None]) -> list[procfs.StdinProbe]:
+    out = []
+    for pid in pids:
+        if pid is None:
+            out.append(procfs.StdinProbe(ok=False, why="no init pid"))
+        else:
+            out.append(procfs.probe(pid))
+    return out

@@ -1,0 +1,1 @@
+"""One task's life, in small units composed by the runner."""

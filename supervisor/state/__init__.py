@@ -1,0 +1,1 @@
+"""State layer: the SQLite store, task records, event logs, sinks and output files."""

@@ -1,0 +1,1 @@
+"""Tooling: offline image builds and readiness checks."""
