@@ -292,7 +292,7 @@ def default_policies_dir() -> Path | None:
     env = os.environ.get("SBX_POLICIES_DIR")
     if env:
         return Path(env)
-    here = Path(__file__).resolve().parent.parent / "policies"
+    here = Path(__file__).resolve().parents[2] / "policies"
     return here if here.is_dir() else None
 
 

@@ -127,7 +127,7 @@ def images_dir() -> Path:
     env = os.environ.get("SBX_IMAGES_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "sandbox_images"
+    return Path(__file__).resolve().parents[2] / "sandbox_images"
 
 
 def _check_name(name: str) -> None:
