@@ -62,6 +62,18 @@ class Lifecycle:
     def mark_started(self) -> None:
         self.started = True
 
+    def restore(
+        self,
+        *,
+        started: bool,
+        stop_reason: StopRequest | None = None,
+        outcome: Outcome | None = None,
+    ) -> None:
+        """Put back what a stored record or a stored terminal event says (a restart)."""
+        self.started = started
+        self.stop_reason = stop_reason
+        self.outcome = outcome
+
     def request_stop(self, reason: StopRequest) -> bool:
         """Record a stop request; True only for the first one on a task not yet ended."""
         if self.outcome is not None or self.stop_reason is not None:

@@ -172,3 +172,73 @@ def drop_known(skip: dict[int, int], segments: Sequence[Segment]) -> list[Segmen
         skip[key] = 0
         out.append((kind, payload[known:]))
     return out
+
+
+def stream_of(kind: int) -> int:
+    """The stream a frame belongs to: 2 stderr, everything else stdout (1)."""
+    return 2 if kind == 2 else 1
+
+
+class Bulk:
+    """What a re-attach read from the engine's log before pausing the container: feed it
+    the log's stamped messages in order with :meth:`take`."""
+
+    __slots__ = ("anchor", "anchored", "consumed", "seen", "skip", "stopped", "written")
+
+    def __init__(self, skip: dict[int, int]) -> None:
+        #: File bytes not yet matched in the log, per stream (counts down while reading).
+        self.skip = skip
+        #: Log bytes seen, per stream.
+        self.consumed = {1: 0, 2: 0}
+        #: Log bytes stored in the output file.
+        self.written = 0
+        #: The last message's time (b"": the log was empty) and how many carried it.
+        self.anchor = b""
+        self.seen = 0
+        #: Whether the rest can be found by time (one stream, every message stamped).
+        self.anchored = True
+        self.stopped = False
+
+    def take(self, segments: Sequence[Segment]) -> list[Segment]:
+        """Account for stamped log messages; return the payloads beyond the file. At a
+        message without a time, stop (``stopped``): the rest is read another way."""
+        taken: list[Segment] = []
+        for kind, frame in segments:
+            message = split_stamp(kind, bytes(frame))
+            if message is None:
+                self.anchored = False
+                self.stopped = True
+                break
+            k, stamp, payload = message
+            if k == 2:
+                self.anchored = False  # two streams: their times interleave
+            if stamp == self.anchor:
+                self.seen += 1
+            else:
+                self.anchor, self.seen = stamp, 1
+            self.consumed[k] += len(payload)
+            taken.append((k, payload))
+        out = drop_known(self.skip, taken)
+        self.written += sum(len(p) for _, p in out)
+        return out
+
+
+def live_cut(
+    live: dict[int, bytes], tails: dict[int, bytes], *, ended: bool
+) -> tuple[dict[int, int], list[int]]:
+    """How many bytes at the end of each stream's log the live bytes already hold, and the
+    streams where the log's tail does not end as expected (logged as unverified).
+
+    ``live``: the live bytes per stream; ``tails``: the end of each stream's log;
+    ``ended``: the container stopped, so the copier flushed everything it held."""
+    cut: dict[int, int] = {}
+    unverified: list[int] = []
+    for k, data in live.items():
+        logged = len(data) if ended else logged_prefix_by_lines(data)
+        if logged is None:
+            logged = overlap(tails[k], data)
+        expected = engine_log_bytes(data[:logged])
+        if not tails[k].endswith(expected):
+            unverified.append(k)
+        cut[k] = len(expected)
+    return cut, unverified

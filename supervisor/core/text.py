@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 from typing import Literal
 
 from supervisor.core.errors import SpecError
@@ -127,3 +128,17 @@ def utf8_safe_end(data: bytes | bytearray | memoryview) -> int:
                 need = 1
             return n - back if need > back else n
     return n
+
+
+def parse_engine_time(value: str | None) -> float | None:
+    """An engine timestamp (RFC 3339, UTC, nanoseconds) as epoch seconds; None for none
+    (the engine's zero time ``0001-01-01...`` included)."""
+    if not value or value.startswith("0001-"):
+        return None
+    text = value.rstrip("Z")
+    main, _, frac = text.partition(".")
+    try:
+        stamp = datetime.fromisoformat(main + "+00:00").timestamp()
+    except ValueError:
+        return None
+    return stamp + (float("0." + frac[:6]) if frac else 0.0)
