@@ -112,3 +112,9 @@ class EngineError(SupervisorError):
     """The engine refused an operation for a reason not covered by a narrower error."""
 
     code = "engine_error"
+
+
+class InputNotRead(SupervisorError, TimeoutError):
+    """Input sent to a task's stdin was not taken in time: the command is not reading it."""
+
+    code = "stdin_not_read"

@@ -7,18 +7,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from supervisor.core.container import ContainerRequest
 from supervisor.core.errors import SupervisorError
 from supervisor.core.logs import get_logger
 from supervisor.core.models import TaskSpec
 from supervisor.core.policy import Policy
-from supervisor.core.resolve import MERGE_PREFIX, resolve
-from supervisor.engine.base import AttachedStream
-
-if TYPE_CHECKING:
-    from supervisor.runtime.session import Session
+from supervisor.core.resolve import MERGE_PREFIX, Effective, resolve
+from supervisor.engine.base import Backend
+from supervisor.runtime.task.ports import WarmStart
 
 log = get_logger("supervisor.runtime.pool")
 
@@ -45,31 +44,33 @@ def eligible(spec: TaskSpec, policy: Policy) -> bool:
 
 
 @dataclass
-class Pooled:
-    """A started container waiting for its command."""
+class PoolPorts:
+    """What a pool needs from its session."""
 
-    task_id: str
-    container_id: str
-    stream: AttachedStream
-    sentinel: str
-
-    def payload(self, command: str) -> bytes:
-        return command.encode("utf-8", "surrogatepass") + f"\n{self.sentinel}\n".encode()
+    backend: Backend
+    check_runtime: Callable[[str], Awaitable[None]]
+    check_image: Callable[[Policy], Awaitable[None]]
+    new_task_id: Callable[[], Awaitable[str]]
+    """A task id no task and no pooled container has."""
+    build_request: Callable[[str, str, Effective, str], ContainerRequest]
+    """(task_id, command, settings, kind) -> the hardened container for it."""
+    busy: Callable[[], int]
+    """Running tasks of the session (the pool never outgrows the session's limit)."""
 
 
 class WarmPool:
     """Keeps ``policy.warm_pool`` containers ready for one session."""
 
-    def __init__(self, session: Session, policy: Policy) -> None:
-        self.session = session
+    def __init__(self, ports: PoolPorts, policy: Policy, session_id: str) -> None:
+        self.ports = ports
         self.policy = policy
-        self._ready: list[Pooled] = []
+        self._ready: list[WarmStart] = []
         self._making: set[str] = set()
         self._filling: asyncio.Task[None] | None = None
         self._closed = False
         self._last_use = 0.0
         self._idle: asyncio.Task[None] | None = None
-        self.log = log.bind(session_id=session.session_id, policy=policy.name)
+        self.log = log.bind(session_id=session_id, policy=policy.name)
 
     @property
     def size(self) -> int:
@@ -81,10 +82,10 @@ class WarmPool:
 
     def target(self) -> int:
         """How many to keep: the policy's size, within the session's running-task limit."""
-        busy = self.session.active_count(self.policy.name)
+        busy = self.ports.busy()
         return max(0, min(self.policy.warm_pool, self.policy.session.max_running_tasks - busy))
 
-    def take(self) -> Pooled | None:
+    def take(self) -> WarmStart | None:
         """A ready container, or None (the caller goes the cold way). Triggers a refill."""
         loop = asyncio.get_running_loop()
         self._last_use = loop.time()
@@ -112,20 +113,20 @@ class WarmPool:
                 self.log.warning("pool_fill_failed", error=str(exc))
                 return
             if self._closed:
-                await self._discard(pooled)
+                await self.discard(pooled)
                 return
             self._ready.append(pooled)
 
-    async def _make(self) -> Pooled:
-        task_id = await self.session.unique_task_id()
+    async def _make(self) -> WarmStart:
+        task_id = await self.ports.new_task_id()
         self._making.add(task_id)
         try:
             return await self._make_as(task_id)
         finally:
             self._making.discard(task_id)
 
-    async def _make_as(self, task_id: str) -> Pooled:
-        sup = self.session.supervisor
+    async def _make_as(self, task_id: str) -> WarmStart:
+        ports = self.ports
         sentinel = f"sbx-start-{secrets.token_hex(12)}"
         script = pool_script(sentinel)
         eff = resolve(
@@ -137,20 +138,20 @@ class WarmPool:
             ),
             self.policy,
         )
-        request = self.session.build_request(task_id, script, eff, kind="pooled")
+        request = ports.build_request(task_id, script, eff, "pooled")
         # The script runs as the container's command itself (not behind the merge prefix).
         request = request.model_copy(update={"command": ["/bin/sh", "-c", script]})
-        await sup.check_runtime(self.policy.runtime)
-        await sup.check_image(self.policy)
-        cid = await sup.backend.create(request)
+        await ports.check_runtime(self.policy.runtime)
+        await ports.check_image(self.policy)
+        cid = await ports.backend.create(request)
         try:
-            stream = await sup.backend.attach(cid, stdin=True, logs=False)
-            await sup.backend.start(cid)
+            stream = await ports.backend.attach(cid, stdin=True, logs=False)
+            await ports.backend.start(cid)
         except BaseException:
             with contextlib.suppress(SupervisorError):
-                await sup.backend.remove(cid)
+                await ports.backend.remove(cid)
             raise
-        return Pooled(task_id, cid, stream, sentinel)
+        return WarmStart(task_id, cid, stream, sentinel)
 
     async def wait_filled(self) -> None:
         """Wait for the current fill round to finish."""
@@ -165,13 +166,18 @@ class WarmPool:
             if loop.time() - self._last_use >= IDLE_S:
                 self.log.info("pool_shrink", removed=len(self._ready))
                 ready, self._ready = self._ready, []
-                await asyncio.gather(*(self._discard(p) for p in ready))
+                await asyncio.gather(*(self.discard(p) for p in ready))
 
-    async def _discard(self, pooled: Pooled) -> None:
-        with contextlib.suppress(Exception):
-            await pooled.stream.aclose()
-        with contextlib.suppress(SupervisorError):
-            await self.session.supervisor.backend.remove(pooled.container_id)
+    async def discard(self, pooled: WarmStart) -> None:
+        """Remove a warm container that will not become a task."""
+        await pooled.stream.aclose()
+        try:
+            await self.ports.backend.remove(pooled.container_id)
+        except SupervisorError as exc:
+            # Labelled as ours: the reconciler reaps it once the engine lets it.
+            self.log.warning(
+                "pool_discard_failed", container=pooled.container_id[:12], error=str(exc)
+            )
 
     async def aclose(self) -> None:
         """Remove every idle container (never one that became a task)."""
@@ -182,4 +188,4 @@ class WarmPool:
                 with contextlib.suppress(asyncio.CancelledError, SupervisorError):
                     await task
         ready, self._ready = self._ready, []
-        await asyncio.gather(*(self._discard(p) for p in ready))
+        await asyncio.gather(*(self.discard(p) for p in ready))

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import re
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -18,52 +15,49 @@ from supervisor.core.errors import (
     PolicyError,
     SessionEnded,
     SpecError,
+    SupervisorError,
     TaskNotFound,
 )
-from supervisor.core.events import BaseEvent, parse_event
+from supervisor.core.events import BaseEvent
 from supervisor.core.events import SessionEnded as SessionEndedEvent
 from supervisor.core.ids import new_task_id
 from supervisor.core.logs import get_logger
 from supervisor.core.models import Kind, OutputSlice, PatternMatch, TaskInfo, TaskSpec
 from supervisor.core.policy import Policy
 from supervisor.core.resolve import Effective, container_request, resolve, workspace_mount
-from supervisor.runtime.pool import WarmPool, eligible
-from supervisor.runtime.task.runner import RunnerContext, TaskRecord, TaskRunner
+from supervisor.core.scan import compile_pattern
+from supervisor.core.task_state import Stage, TaskIdentity, TaskRecord, TaskState
+from supervisor.core.validation import spec_error
+from supervisor.runtime.pool import PoolPorts, WarmPool, eligible
+from supervisor.runtime.session_ports import SessionEvents, SessionServices
+from supervisor.runtime.task.ports import TaskPorts
+from supervisor.runtime.task.runner import TaskRunner
 from supervisor.state.eventlog import EventLog
 from supervisor.state.output import read_slice, read_tail
 from supervisor.state.sinks import Sink, SinkRunner
 
-if TYPE_CHECKING:
-    from supervisor.runtime.supervisor import Supervisor
-
-log = get_logger("supervisor.runtime.session")
+log = get_logger("supervisor.session")
 
 MAX_READ = 8 * 1024 * 1024
-
-
-def spec_error(exc: ValidationError) -> SpecError:
-    """A pydantic error as one message naming each bad field and what is allowed."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "spec"
-        if err["type"] == "extra_forbidden":
-            allowed = ", ".join(sorted(TaskSpec.model_fields))
-            parts.append(f"{loc}: unknown field (allowed: {allowed})")
-        else:
-            parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})"[:300])
-    return SpecError("; ".join(parts))
+#: Attempts at storing that a session ended before giving up (and saying so loudly).
+_END_WRITE_ATTEMPTS = 5
 
 
 class Session:
     """Owns tasks and an event log. Obtain one with ``Supervisor.open_session``."""
 
-    def __init__(self, sup: Supervisor, session_id: str, events: EventLog, created_at: float):
-        self._sup = sup
+    def __init__(
+        self, services: SessionServices, session_id: str, events: EventLog, created_at: float
+    ) -> None:
+        self._svc = services
         self.session_id = session_id
         self.created_at = created_at
         self._log = events
+        self._events = SessionEvents(events, services.store, session_id)
         self._runners: dict[str, TaskRunner] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Starts admitted under the running-task limit that have no runner yet.
+        self._reserved = 0
         self._ended = False
         self._ending: asyncio.Task[None] | None = None
         self._network: asyncio.Task[None] | None = None
@@ -71,7 +65,7 @@ class Session:
         #: Digests of the API tokens minted for this session (the daemon persists them).
         self.token_digests: list[str] = []
         self.log = log.bind(session_id=session_id)
-        self.dir = sup.state_dir / "sessions" / session_id
+        self.dir = services.state_dir / "sessions" / session_id
 
     # -- properties ------------------------------------------------------------------
 
@@ -86,7 +80,7 @@ class Session:
 
     @property
     def network_name(self) -> str:
-        return f"sbx-{self.session_id}-{self._sup.instance_id[:8]}"
+        return f"sbx-{self.session_id}-{self._svc.instance_id[:8]}"
 
     def _runner(self, task_id: str) -> TaskRunner:
         try:
@@ -94,74 +88,13 @@ class Session:
         except KeyError:
             raise TaskNotFound(task_id) from None
 
+    def task_runner(self, task_id: str) -> TaskRunner:
+        """The runner driving one task (for diagnostics, tests and benchmarks)."""
+        return self._runner(task_id)
+
     def _check_open(self) -> None:
         if self._ended:
             raise SessionEnded(f"session {self.session_id!r} has ended; open a new session")
-
-    # -- tasks -------------------------------------------------------------------------
-
-    async def start(self, spec: TaskSpec | dict[str, Any]) -> TaskInfo:
-        """Validate against the policy and launch; returns at once with id and output path.
-
-        Bad specs raise SpecError/PolicyError; an unreachable engine raises EngineUnavailable;
-        problems found while launching (missing image, unusable runtime) end the task with a
-        ``task.failed`` event.
-        """
-        self._check_open()
-        if not isinstance(spec, TaskSpec):
-            try:
-                spec = TaskSpec.model_validate(spec)
-            except ValidationError as exc:
-                raise spec_error(exc) from exc
-        sup = self._sup
-        policy = sup.policies.get(spec.policy)
-        eff = resolve(spec, policy)
-        active = sum(
-            1 for r in self._runners.values() if not r.ended and r.eff.policy.name == policy.name
-        )
-        if active >= policy.session.max_running_tasks:
-            raise LimitExceeded(
-                f"session {self.session_id!r} already runs {active} tasks under policy "
-                f"{policy.name!r} (session.max_running_tasks = {policy.session.max_running_tasks})"
-            )
-        await sup.ensure_engine()
-        pooled = None
-        if eligible(spec, policy):
-            pool = self._pool(policy)
-            pooled = pool.take()
-        task_id = pooled.task_id if pooled is not None else await self.unique_task_id()
-        request = self.build_request(task_id, spec.command, eff, spec.kind)
-        output_path = self.dir / "tasks" / f"{task_id}.output"
-        prepare = self._prepare_network if policy.network == "bridge" else None
-        ctx = self._context(prepare)
-        runner = TaskRunner(
-            ctx,
-            task_id=task_id,
-            session_id=self.session_id,
-            spec=spec,
-            eff=eff,
-            request=request,
-            output_path=output_path,
-            pooled=pooled,
-        )
-        # The intent record comes first: a crash between now and the container's creation is
-        # recognised on restart. A state volume that cannot take it refuses the task.
-        await sup.check_state_space()
-        await self._persist_task("intent", runner.record("intent"))
-        self._runners[task_id] = runner
-        task = asyncio.create_task(runner.run(), name=f"task-{task_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return runner.info()
-
-    @property
-    def supervisor(self) -> Supervisor:
-        return self._sup
-
-    def owns(self, task_id: str) -> bool:
-        """Whether a container labeled with ``task_id`` belongs to this session (a task, or a
-        warm container waiting in a pool)."""
-        return task_id in self._runners or any(p.holds(task_id) for p in self._pools.values())
 
     def task_count(self) -> int:
         """Tasks this session has started (any state)."""
@@ -171,24 +104,104 @@ class Session:
         """Tasks of this session that have not ended."""
         return sum(1 for r in self._runners.values() if not r.ended)
 
-    def active_count(self, policy_name: str) -> int:
-        """Tasks of this session under ``policy_name`` that have not ended."""
-        return sum(
-            1 for r in self._runners.values() if not r.ended and r.eff.policy.name == policy_name
+    def owns(self, task_id: str) -> bool:
+        """Whether a container labeled with ``task_id`` belongs to this session (a task, or a
+        warm container waiting in a pool)."""
+        return task_id in self._runners or any(p.holds(task_id) for p in self._pools.values())
+
+    # -- tasks -------------------------------------------------------------------------
+
+    async def start(self, spec: TaskSpec | dict[str, Any]) -> TaskInfo:
+        """Validate against the policy and launch; returns at once with id and output path.
+
+        Bad specs raise SpecError/PolicyError; more running tasks than the policy's
+        ``session.max_running_tasks`` (counted over the whole session) raise LimitExceeded;
+        an unreachable engine raises EngineUnavailable; problems found while launching
+        (missing image, unusable runtime) end the task with a ``task.failed`` event.
+        """
+        self._check_open()
+        if not isinstance(spec, TaskSpec):
+            try:
+                spec = TaskSpec.model_validate(spec)
+            except ValidationError as exc:
+                raise spec_error(exc) from exc
+        policy = self._svc.policies.get(spec.policy)
+        eff = resolve(spec, policy)
+        # Count and reserve with no await in between: parallel starts cannot all pass.
+        limit = policy.session.max_running_tasks
+        running = self.running_count() + self._reserved
+        if running >= limit:
+            raise LimitExceeded(
+                f"session {self.session_id!r} already runs {running} tasks "
+                f"(session.max_running_tasks = {limit} in policy {policy.name!r})"
+            )
+        self._reserved += 1
+        try:
+            return await self._launch(spec, policy, eff)
+        finally:
+            self._reserved -= 1
+
+    async def _launch(self, spec: TaskSpec, policy: Policy, eff: Effective) -> TaskInfo:
+        await self._svc.ensure_engine()
+        warm = self._pool(policy).take() if eligible(spec, policy) else None
+        task_id = warm.task_id if warm is not None else await self.unique_task_id()
+        request = self.build_request(task_id, spec.command, eff, spec.kind)
+        ident = self._identity(task_id, spec, eff)
+        runner = TaskRunner(self._ports(), ident=ident, eff=eff, request=request, warm=warm)
+        # The intent record comes first: a crash between now and the container's creation is
+        # recognised on restart. A state volume that cannot take it refuses the task.
+        try:
+            await self._svc.check_state_space()
+            await self.persist_task("intent", runner.record("intent"))
+        except BaseException:
+            if warm is not None:
+                await self._pool(policy).discard(warm)
+            raise
+        self._runners[task_id] = runner
+        self._spawn(runner.run(), task_id)
+        return runner.info()
+
+    def _spawn(self, work: Any, task_id: str) -> None:
+        task = asyncio.create_task(work, name=f"task-{task_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _identity(self, task_id: str, spec: TaskSpec, eff: Effective) -> TaskIdentity:
+        return TaskIdentity(
+            task_id=task_id,
+            session_id=self.session_id,
+            spec=spec,
+            policy=eff.policy,
+            output_path=str(self.dir / "tasks" / f"{task_id}.output"),
+            persistent=eff.persistent,
+            timeout_ms=eff.timeout_ms,
+            stdin=eff.stdin,
+        )
+
+    def _ports(self) -> TaskPorts:
+        svc = self._svc
+        return TaskPorts(
+            backend=svc.backend,
+            io=svc.io,
+            events=self._events,
+            records=self,
+            preflight=self,
+            stalls=svc.stalls,
+            find_container=svc.find_container,
+            live_restore=svc.live_restore(),
         )
 
     def build_request(
         self, task_id: str, command: str, eff: Effective, kind: str
     ) -> ContainerRequest:
         """The container for one task of this session, hardened as its policy says."""
-        sup = self._sup
         policy = eff.policy
         network = self.network_name if policy.network == "bridge" else "none"
         return container_request(
             name=f"sbx-{task_id}",
             command=command,
             eff=eff,
-            labels=sup.container_labels(
+            labels=self._svc.labels(
                 session_id=self.session_id,
                 task_id=task_id,
                 kind=kind,
@@ -196,53 +209,39 @@ class Session:
                 timeout_ms=eff.timeout_ms,
             ),
             network=network,
-            workspace=workspace_mount(policy, sup.workspace_roots),
+            workspace=workspace_mount(policy, self._svc.workspace_roots),
             aliases=[task_id] if network != "none" else None,
         )
 
     def _pool(self, policy: Policy) -> WarmPool:
         pool = self._pools.get(policy.name)
         if pool is None:
-            pool = self._pools[policy.name] = WarmPool(self, policy)
+            svc = self._svc
+            ports = PoolPorts(
+                backend=svc.backend,
+                check_runtime=svc.check_runtime,
+                check_image=svc.check_image,
+                new_task_id=self.unique_task_id,
+                build_request=self.build_request,
+                busy=self.running_count,
+            )
+            pool = self._pools[policy.name] = WarmPool(ports, policy, self.session_id)
         return pool
 
     async def prewarm(self, policy_name: str = "default") -> int:
         """Fill this session's warm pool for a policy now (its ``warm_pool`` size); returns
         how many containers are ready. Tasks then skip container create and start."""
         self._check_open()
-        policy = self._sup.policies.get(policy_name)
+        policy = self._svc.policies.get(policy_name)
         if policy.warm_pool <= 0:
             raise PolicyError(
                 f"policy {policy_name!r} has warm_pool = 0; set warm_pool in its file to use a pool"
             )
-        await self._sup.ensure_engine()
+        await self._svc.ensure_engine()
         pool = self._pool(policy)
         pool.refill()
         await pool.wait_filled()
         return pool.size
-
-    def _context(self, prepare: Any = None) -> RunnerContext:
-        sup = self._sup
-        return RunnerContext(
-            backend=sup.backend,
-            io=sup.io,
-            emit=self._log.emit,
-            caught_up=self._log.caught_up,
-            persist=self._persist_task,
-            watch=sup.stall_watcher,
-            prepare_network=prepare,
-            check_runtime=sup.check_runtime,
-            check_image=sup.check_image,
-            task_events=self._task_events,
-            stored_seq=lambda: self._log.last_seq,
-            find_container=sup.find_container,
-            extra={"live_restore": sup.live_restore},
-        )
-
-    async def _task_events(self, task_id: str, types: tuple[str, ...]) -> list[BaseEvent]:
-        await self._log.caught_up()
-        rows = await self._sup.store.task_events(self.session_id, task_id, types)
-        return [parse_event(r) for r in rows]
 
     def restore_task(self, record: TaskRecord) -> TaskRunner:
         """Rebuild one task from its stored record (after a restart); resume it if it was
@@ -259,44 +258,57 @@ class Session:
                 name=f"sbx-{task_id}",
                 command=record.spec.command,
                 eff=eff,
-                labels=self._sup.container_labels(session_id=self.session_id, task_id=task_id),
+                labels=self._svc.labels(session_id=self.session_id, task_id=task_id),
                 network="none",
                 workspace=None,
             )
-        prepare = self._prepare_network if policy.network == "bridge" else None
-        runner = TaskRunner.from_record(
-            self._context(prepare),
-            record,
-            eff=eff,
-            request=request,
-            output_path=self.dir / "tasks" / f"{task_id}.output",
-        )
+        ident = self._identity(task_id, record.spec, eff)
+        state = TaskState.from_record(ident, record)
+        runner = TaskRunner(self._ports(), ident=ident, eff=eff, request=request, state=state)
         self._runners[task_id] = runner
-        if not runner.ended:
-            task = asyncio.create_task(runner.resume(record.stage), name=f"task-{task_id}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        if runner.ended:
+            runner.final.set()
+            runner.done.set()
+            runner.exited.set()
+        else:
+            self._spawn(runner.resume(record.stage), task_id)
         return runner
 
     async def unique_task_id(self) -> str:
         while True:
             task_id = new_task_id()
-            if task_id not in self._runners and not await self._sup.store.task_exists(task_id):
+            if self.owns(task_id):
+                continue
+            if not await self._svc.store.task_exists(task_id):
                 return task_id
 
-    async def _persist_task(self, stage: str, record: TaskRecord) -> None:
-        await self._sup.store.put_task(
+    # -- ports the tasks use (RecordPort, Preflight) ----------------------------------
+
+    async def persist(self, stage: Stage, record: TaskRecord) -> None:
+        await self.persist_task(stage, record)
+
+    async def persist_task(self, stage: Stage, record: TaskRecord) -> None:
+        await self._svc.store.put_task(
             record.info.task_id, self.session_id, stage, record.model_dump_json()
         )
 
-    async def _prepare_network(self) -> None:
+    async def check_runtime(self, runtime: str) -> None:
+        await self._svc.check_runtime(runtime)
+
+    async def check_image(self, policy: Policy) -> None:
+        await self._svc.check_image(policy)
+
+    async def prepare_network(self, policy: Policy) -> None:
+        if policy.network != "bridge":
+            return
         if self._network is None:
+            labels = self._svc.labels(session_id=self.session_id)
             self._network = asyncio.create_task(
-                self._sup.backend.ensure_network(
-                    self.network_name, self._sup.container_labels(session_id=self.session_id)
-                )
+                self._svc.backend.ensure_network(self.network_name, labels)
             )
         await asyncio.shield(self._network)
+
+    # -- reading -------------------------------------------------------------------------
 
     async def get(self, task_id: str) -> TaskInfo:
         """Current snapshot of one task."""
@@ -304,14 +316,11 @@ class Session:
 
     async def list(self, kind: Kind | None = None, *, active_only: bool = False) -> list[TaskInfo]:
         """Tasks of this session, oldest first; ``active_only`` drops ended ones."""
-        out = []
-        for runner in self._runners.values():
-            if kind is not None and runner.spec.kind != kind:
-                continue
-            if active_only and runner.ended:
-                continue
-            out.append(runner.info())
-        return out
+        return [
+            r.info()
+            for r in self._runners.values()
+            if (kind is None or r.ident.kind == kind) and not (active_only and r.ended)
+        ]
 
     async def read_output(self, task_id: str, offset: int = 0, limit: int = 65536) -> OutputSlice:
         """Bytes ``[offset, offset+limit)`` of the output file, with ``next_offset`` and ``eof``."""
@@ -321,7 +330,7 @@ class Session:
         if not 1 <= limit <= MAX_READ:
             raise SpecError(f"limit: must be between 1 and {MAX_READ} (got {limit})")
         return await read_slice(
-            runner.output_path, offset, limit, ended=runner.ended, io=self._sup.io
+            runner.output_path, offset, limit, ended=runner.ended, io=self._svc.io
         )
 
     async def tail(self, task_id: str, chars: int = 4000) -> str:
@@ -329,7 +338,7 @@ class Session:
         runner = self._runner(task_id)
         if not 1 <= chars <= 1_000_000:
             raise SpecError(f"chars: must be between 1 and 1000000 (got {chars})")
-        return await read_tail(runner.output_path, chars, self._sup.io)
+        return await read_tail(runner.output_path, chars, self._svc.io)
 
     async def wait_output(self, task_id: str, offset: int, timeout_s: float) -> None:
         """Return once the output file grows past ``offset``, the task ends, or time runs out."""
@@ -345,7 +354,7 @@ class Session:
 
     async def send_input(self, task_id: str, data: bytes | str, *, eof: bool = False) -> None:
         """Write to the task's stdin; ``eof=True`` then closes it."""
-        raw = data.encode("utf-8") if isinstance(data, str) else data
+        raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
         await self._runner(task_id).send_input(raw, eof=eof)
 
     async def wait_for(
@@ -353,10 +362,7 @@ class Session:
     ) -> PatternMatch:
         """The first output line matching the regex ``pattern`` (also lines printed earlier)."""
         runner = self._runner(task_id)
-        try:
-            compiled = re.compile(pattern.encode("utf-8"))
-        except re.error as exc:
-            raise SpecError(f"pattern: not a valid regular expression ({exc})") from exc
+        compiled = compile_pattern(pattern)
         if timeout_s <= 0:
             raise SpecError(f"timeout_s: must be > 0 (got {timeout_s})")
         if from_offset < 0:
@@ -398,7 +404,7 @@ class Session:
         waiting = [asyncio.ensure_future(r.done.wait()) for r in self._runners.values()]
         if waiting:
             grace = max((r.eff.grace_s for r in stopping), default=0.0)
-            _, late = await asyncio.wait(waiting, timeout=grace + self._sup.end_timeout_s)
+            _, late = await asyncio.wait(waiting, timeout=grace + self._svc.end_timeout_s)
             for w in late:
                 w.cancel()
         for runner in self._runners.values():
@@ -409,17 +415,40 @@ class Session:
                     "the engine did not answer while the session ended; the container is "
                     "removed once the engine is back"
                 )
-        if self._network is not None:
-            with contextlib.suppress(Exception):
-                await self._network
-            with contextlib.suppress(Exception):
-                await self._sup.backend.remove_network(self.network_name)
+        await self._remove_network()
         self._log.emit(SessionEndedEvent(session_id=self.session_id, tasks_stopped=len(stopping)))
         await self._log.aclose()
-        with contextlib.suppress(Exception):
-            await self._sup.store.put_session(self.session_id, self.created_at, time.time())
+        await self._store_end()
         self.log.info("session_ended", tasks_stopped=len(stopping))
-        self._sup._forget(self)
+        self._svc.on_ended(self.session_id)
+
+    async def _remove_network(self) -> None:
+        if self._network is None:
+            return
+        try:
+            await self._network
+            await self._svc.backend.remove_network(self.network_name)
+        except SupervisorError as exc:
+            # Labelled as ours: the reconciler removes it once the engine lets it.
+            self.log.warning("network_remove_failed", network=self.network_name, error=str(exc))
+
+    async def _store_end(self) -> None:
+        """Store that the session ended; a restart must not re-open it. Retried, and
+        reported loudly if the store never takes it."""
+        delay = 0.2
+        for attempt in range(_END_WRITE_ATTEMPTS):
+            try:
+                await self._svc.store.put_session(self.session_id, self.created_at, time.time())
+                return
+            except SupervisorError as exc:
+                self.log.warning("session_end_write_failed", attempt=attempt, error=str(exc))
+                await asyncio.sleep(delay)
+                delay *= 2
+        self.log.error(
+            "session_end_not_stored",
+            why="the state store refused every write; a restart re-opens this session "
+            "(with no tasks running) until it is ended again",
+        )
 
     async def release(self) -> None:
         """Supervisor shutdown without stopping tasks: let go of containers, keep records
@@ -430,7 +459,3 @@ class Session:
         if self._tasks:
             await asyncio.wait(list(self._tasks))
         await self._log.aclose(sink_timeout=2.0)
-
-
-def session_dir(state_dir: Path, session_id: str) -> Path:
-    return state_dir / "sessions" / session_id

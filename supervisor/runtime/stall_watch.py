@@ -10,33 +10,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Literal
 
 from supervisor.core.errors import SupervisorError
 from supervisor.core.logs import get_logger
 from supervisor.core.stall import StallDetector, Verdict, looks_like_prompt
 from supervisor.engine import procfs
 from supervisor.engine.base import Backend
+from supervisor.runtime.task.ports import Watchable
 from supervisor.state.output import read_tail
-
-if TYPE_CHECKING:
-    from supervisor.runtime.task.runner import TaskRunner
 
 log = get_logger("supervisor.core.stall")
 
 _TICK_S = 0.2
 
 
+Mode = Literal["process_state", "heuristic", "pending"]
+
+
 @dataclass
 class _Watched:
-    runner: TaskRunner
+    task: Watchable
     detector: StallDetector
-    mode: str  # "process_state" | "heuristic" | "pending"
+    mode: Mode
     init_pid: int | None = None
     seen_output: float = 0.0
     failures: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class StallWatcher:
@@ -56,27 +56,26 @@ class StallWatcher:
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
 
-    def register(self, runner: TaskRunner) -> None:
-        if runner.eff.stall_after_s is None:
+    def register(self, task: Watchable) -> None:
+        if task.stall_after_s is None:
             return
-        mode = "pending"
-        if not self._use_procfs or runner.eff.policy.runtime != "runc":
+        mode: Mode = "pending"
+        if not self._use_procfs or task.runtime != "runc":
             mode = "heuristic"
-        self._watched[runner.task_id] = _Watched(
-            runner, StallDetector(runner.eff.stall_after_s, self._now()), mode
+        self._watched[task.task_id] = _Watched(
+            task, StallDetector(task.stall_after_s, self._now()), mode
         )
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop(), name="stall-watcher")
         self._wake.set()
 
-    def unregister(self, runner: TaskRunner) -> None:
-        self._watched.pop(runner.task_id, None)
+    def unregister(self, task_id: str) -> None:
+        self._watched.pop(task_id, None)
 
-    def input_sent(self, runner: TaskRunner) -> None:
-        w = self._watched.get(runner.task_id)
+    def input_sent(self, task_id: str) -> None:
+        w = self._watched.get(task_id)
         if w is not None:
             w.detector.input_sent(self._now())
-        runner.stalled = False
 
     def signal_for(self, task_id: str) -> str | None:
         """Which signal is watching a task (for tests and diagnostics)."""
@@ -106,15 +105,14 @@ class StallWatcher:
         now = self._now()
         due: list[_Watched] = []
         for w in list(self._watched.values()):
-            r = w.runner
-            if r.ended or not r.stdin_open or not r.lc.started or r.lc.stop_reason is not None:
+            r = w.task
+            if not r.watching:
                 continue
             # New output ends an episode: whatever it waited for, it is making progress.
             if r.last_output_mono != w.seen_output:
                 w.seen_output = r.last_output_mono
                 if r.last_output_mono > r.started_mono:
                     w.detector.output(r.last_output_mono)
-                    r.stalled = False
             if now - r.last_output_mono < 0.25 and r.last_output_mono > r.started_mono:
                 continue
             if w.detector.due(now):
@@ -134,7 +132,7 @@ class StallWatcher:
                 if not probe.ok:
                     w.failures += 1
                     if w.failures >= 3:
-                        log.info("stall_signal_fallback", task_id=w.runner.task_id, why=probe.why)
+                        log.info("stall_signal_fallback", task_id=w.task.task_id, why=probe.why)
                         w.mode = "heuristic"
                     continue
                 verdict = w.detector.observe_process(now, blocked_on_stdin=probe.blocked)
@@ -145,7 +143,7 @@ class StallWatcher:
             await asyncio.gather(*(self._heuristic(w) for w in heuristic))
 
     async def _resolve_mode(self, w: _Watched) -> None:
-        cid = w.runner.container_id
+        cid = w.task.container_id
         if cid is None:
             return
         # Straight from the cgroup: no engine round trip (the engine is slowest exactly when
@@ -167,7 +165,7 @@ class StallWatcher:
         w.mode = "process_state"
 
     async def _heuristic(self, w: _Watched) -> None:
-        r = w.runner
+        r = w.task
         now = self._now()
         tail = await read_tail(r.output_path, 400, self._io)
         prompt = looks_like_prompt(tail)
@@ -182,7 +180,7 @@ class StallWatcher:
             await self._report(w, verdict)
 
     async def _report(self, w: _Watched, verdict: Verdict) -> None:
-        await w.runner.report_stall(verdict.signal, verdict.waiting_s)
+        await w.task.report_stall(verdict.signal, verdict.waiting_s)
 
 
 def _init_pid_local(container_id: str) -> int | None:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import secrets
-import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,98 +16,28 @@ from typing import Any
 
 from supervisor.core.errors import (
     EngineUnavailable,
-    ImageMissing,
-    PolicyError,
-    RuntimeUnavailable,
     SessionNotFound,
     StateStorageError,
     SupervisorError,
 )
 from supervisor.core.ids import check_session_id, new_session_id
+from supervisor.core.labels import LABEL_OWNER, LABEL_TASK, container_labels
 from supervisor.core.logs import get_logger
 from supervisor.core.paths import default_state_dir
 from supervisor.core.policy import Policy, PolicySet, default_policies_dir
+from supervisor.core.task_state import TaskRecord
 from supervisor.engine.base import Backend
-from supervisor.engine.probe import PROBE_LABEL, probe_runtime
+from supervisor.engine.probe import PROBE_LABEL
+from supervisor.runtime.engine_checks import EngineChecks
+from supervisor.runtime.ownership import heartbeat, lock_state_dir, owner_alive, owner_labels
 from supervisor.runtime.session import Session
+from supervisor.runtime.session_ports import SessionServices
+from supervisor.runtime.stall_watch import StallWatcher
 from supervisor.state.eventlog import EventLog
 from supervisor.state.sinks import Sink
 from supervisor.state.store import StateStore
 
 log = get_logger("supervisor")
-
-LABEL_OWNER = "io.sbx.owner"
-LABEL_PREFIX = "io.sbx."
-_RUNTIME_CACHE_S = 30.0
-_IMAGE_CACHE_S = 10.0
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
-
-
-def _pid_start(pid: int) -> str | None:
-    """Kernel start time of ``pid`` (clock ticks since boot), or None if it is not alive."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _lock_state(path: str, grace_s: float) -> bool | None:
-    """Owner state from its state-dir lock: True (held: alive), False (gone for good: no
-    lock file, or not held and untouched for ``grace_s``), None (not held but recently alive:
-    it may be restarting and will re-adopt its containers). The probe takes a shared lock for
-    an instant; an owner starting at that moment retries its own lock."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return None
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        age = time.time() - os.fstat(fd).st_mtime
-        return False if age > grace_s else None
-    finally:
-        os.close(fd)
-
-
-def owner_alive(labels: dict[str, str], grace_s: float = 600.0) -> bool | None:
-    """Is the supervisor that labeled a container still running? None when we cannot tell.
-
-    Owners are identified by their state dir (its lock is held while a supervisor runs on
-    it, and touched as a heartbeat), so a restarted supervisor is the same, live owner; a
-    dead owner's containers are left to it for ``grace_s`` before anyone else reaps them."""
-    boot = labels.get(LABEL_PREFIX + "owner.boot")
-    host = labels.get(LABEL_PREFIX + "owner.host")
-    if boot is None:
-        return None
-    if boot != _boot_id():
-        # Same host name but another boot: the machine restarted, the owner is gone.
-        return False if host == socket.gethostname() else None
-    lock = labels.get(LABEL_PREFIX + "owner.lock")
-    if lock:
-        return _lock_state(lock, grace_s)
-    pid = labels.get(LABEL_PREFIX + "owner.pid")
-    start = labels.get(LABEL_PREFIX + "owner.pidstart")
-    if pid is None:
-        return None
-    try:
-        actual = _pid_start(int(pid))
-    except ValueError:
-        return None
-    return actual is not None and actual == start
 
 
 SinkFactory = Callable[[str], Iterable[Sink]]
@@ -161,17 +89,11 @@ class Supervisor:
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sbx-io")
         self.store = StateStore(self.state_dir / "state.db")
         self.instance_id = ""
-        self.stall_watcher: Any = None
+        self.stall_watcher: StallWatcher | None = None
         self._sessions: dict[str, Session] = {}
         self._session_lock = asyncio.Lock()
         self._lock_fd: int | None = None
-        self._engine_ok = False
-        self._engine_info: dict[str, str] = {}
-        self._engine_checked = 0.0
-        self._reconnect: asyncio.Task[None] | None = None
-        self._runtimes: tuple[float, set[str]] = (0.0, set())
-        self._runsc_probe: asyncio.Task[str | None] | None = None
-        self._images: dict[str, tuple[float, str | None]] = {}
+        self._checks: EngineChecks | None = None
         self._started = False
         self._closed = False
         self._owner_labels: dict[str, str] = {}
@@ -204,68 +126,40 @@ class Supervisor:
         if self._started:
             return
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self.io, self._lock_state_dir)
+        self._lock_fd = await loop.run_in_executor(self.io, lock_state_dir, self.state_dir)
         await self.store.open()
         instance = await self.store.get_meta("instance_id")
         if instance is None:
             instance = secrets.token_hex(8)
             await self.store.set_meta("instance_id", instance)
         self.instance_id = instance
-        self._owner_labels = {
-            LABEL_OWNER: instance,
-            LABEL_PREFIX + "owner.host": socket.gethostname(),
-            LABEL_PREFIX + "owner.boot": _boot_id(),
-            LABEL_PREFIX + "owner.pid": str(os.getpid()),
-            LABEL_PREFIX + "owner.pidstart": _pid_start(os.getpid()) or "",
-            LABEL_PREFIX + "owner.lock": str(self.state_dir.resolve() / "supervisor.lock"),
-        }
+        self._owner_labels = await loop.run_in_executor(
+            self.io, owner_labels, instance, self.state_dir
+        )
         if self._backend is None:
             from supervisor.engine.docker import DockerBackend  # noqa: PLC0415 - optional dep
 
             self._backend = DockerBackend(self._docker_host)
         if self.stall_watcher is None:
-            from supervisor.runtime.stall_watch import StallWatcher  # noqa: PLC0415 - avoid cycle
-
             self.stall_watcher = StallWatcher(self._backend, self.io)
+        self._checks = EngineChecks(self._backend, self.policies)
         self._started = True
-        try:
-            self._engine_info = await self._backend.ping()
-            self._engine_ok = True
-            self._engine_checked = loop.time()
-        except EngineUnavailable:
-            if self.require_engine:
-                await self.aclose()
-                raise
-            self._start_reconnect()
-        if self._engine_ok:
-            with contextlib.suppress(SupervisorError):
+        if not await self._checks.first_ping() and self.require_engine:
+            await self.aclose()
+            raise EngineUnavailable(
+                "the Docker engine does not answer; start it with `make engine` "
+                "(or point DOCKER_HOST at one)"
+            )
+        if self.engine_ok:
+            try:
                 self.live_restore = await self._backend.live_restore()
+            except SupervisorError as exc:
+                log.warning("live_restore_unknown", error=str(exc), assumed=self.live_restore)
         await self._restore()
-        if self._engine_ok and self.sweep_orphans:
+        if self.engine_ok and self.sweep_orphans:
             await self.sweep()
         self._reconciler = asyncio.create_task(self._reconcile_loop(), name="reconcile")
         log.info("supervisor_started", instance_id=instance, state_dir=str(self.state_dir))
-
-    def _lock_state_dir(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = self.state_dir / "supervisor.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        for attempt in range(50):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if attempt == 49:
-                    holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-                    os.close(fd)
-                    raise StateStorageError(
-                        f"state dir {self.state_dir} is in use by another supervisor (pid {holder})"
-                    ) from None
-                # Another supervisor may be probing whether we are alive: that takes an instant.
-                time.sleep(0.02)
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._lock_fd = fd
 
     async def aclose(self) -> None:
         """End (or release, see ``stop_tasks_on_close``) all sessions; close everything."""
@@ -279,139 +173,66 @@ class Supervisor:
             await asyncio.gather(*(s.release() for s in sessions), return_exceptions=True)
         else:
             await asyncio.gather(*(s.release() for s in sessions), return_exceptions=True)
-        for task in (self._reconnect, self._reconciler):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        if self._reconciler is not None:
+            self._reconciler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconciler
+        if self._checks is not None:
+            await self._checks.aclose()
         if self.stall_watcher is not None:
             await self.stall_watcher.aclose()
-        if self._runsc_probe is not None and not self._runsc_probe.done():
-            self._runsc_probe.cancel()
         if self._backend is not None:
             await self._backend.aclose()
-        with contextlib.suppress(Exception):
+        try:
             await self.store.close()
-        self.io.shutdown(wait=True)
+        except SupervisorError:
+            log.exception("state_store_close_failed")
+        # Waiting for the worker threads blocks: do it on a thread of its own.
+        await asyncio.to_thread(self.io.shutdown, wait=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    # -- engine health -------------------------------------------------------------
+    # -- engine health (runtime/engine_checks.py) -----------------------------------
+
+    @property
+    def checks(self) -> EngineChecks:
+        if self._checks is None:
+            raise SupervisorError("supervisor is not started")
+        return self._checks
 
     @property
     def engine_ok(self) -> bool:
-        return self._engine_ok
+        return self._checks is not None and self._checks.engine_ok
 
     @property
     def engine_info(self) -> dict[str, str]:
-        return dict(self._engine_info)
-
-    def mark_engine_down(self, why: str) -> None:
-        if self._engine_ok:
-            log.warning("engine_down", error=why)
-        self._engine_ok = False
-        self._start_reconnect()
-
-    def _start_reconnect(self) -> None:
-        if self._reconnect is None or self._reconnect.done():
-            self._reconnect = asyncio.create_task(self._reconnect_loop(), name="engine-reconnect")
-
-    async def _reconnect_loop(self) -> None:
-        delay = 0.5
-        while not self._closed:
-            try:
-                self._engine_info = await asyncio.wait_for(self.backend.ping(), 5)
-            except (EngineUnavailable, TimeoutError):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-                continue
-            self._engine_ok = True
-            log.info("engine_back", **self._engine_info)
-            return
+        return self._checks.engine_info if self._checks is not None else {}
 
     async def ensure_engine(self) -> None:
-        """Fail fast with EngineUnavailable when the engine does not answer (a sub-millisecond
-        ``/_ping`` on its own connection, bounded at 2 s)."""
-        loop = asyncio.get_running_loop()
-        if await self.backend.alive():
-            if not self._engine_ok:
-                self._engine_ok = True
-                log.info("engine_back")
-            self._engine_checked = loop.time()
-            return
-        self.mark_engine_down("ping failed")
-        raise EngineUnavailable(
-            "the Docker engine does not answer; start it with `make engine` "
-            "(or point DOCKER_HOST at one)"
-        )
-
-    async def runtimes(self) -> set[str]:
-        loop = asyncio.get_running_loop()
-        stamp, cached = self._runtimes
-        if loop.time() - stamp < _RUNTIME_CACHE_S and cached:
-            return cached
-        names = await self.backend.runtimes()
-        self._runtimes = (loop.time(), names)
-        return names
+        """Fail fast with EngineUnavailable when the engine does not answer."""
+        await self.checks.ensure_engine()
 
     async def check_runtime(self, runtime: str) -> None:
-        """Raise RuntimeUnavailable when ``runtime`` is not registered or (runsc) cannot start
-        a container. Never falls back to another runtime."""
-        if runtime == "runc":
-            return
-        if runtime not in await self.runtimes():
-            raise RuntimeUnavailable(
-                f"runtime {runtime!r} is not registered with the engine, so this policy cannot "
-                "run (it never falls back to runc); install gVisor with `make engine`"
-            )
-        if runtime == "runsc":
-            if self._runsc_probe is None:
-                self._runsc_probe = asyncio.create_task(self._probe_runsc())
-            problem = await asyncio.shield(self._runsc_probe)
-            if problem is not None:
-                raise RuntimeUnavailable(
-                    f"runtime runsc is registered but cannot start a container ({problem}); "
-                    "this policy never falls back to runc"
-                )
-
-    async def _probe_runsc(self) -> str | None:
-
-        return await probe_runtime(self.backend, "runsc", self.policies)
+        """RuntimeUnavailable when ``runtime`` cannot run containers (never a fallback)."""
+        await self.checks.check_runtime(runtime)
 
     async def check_image(self, policy: Policy) -> None:
-        """ImageMissing when the policy's image is absent; PolicyError when a pin mismatches."""
-        loop = asyncio.get_running_loop()
-        stamp, image_id = self._images.get(policy.image, (0.0, None))
-        if image_id is None or loop.time() - stamp > _IMAGE_CACHE_S:
-            image_id = await self.backend.image_id(policy.image)
-            self._images[policy.image] = (loop.time(), image_id)
-        if image_id is None:
-            raise ImageMissing(
-                f"image {policy.image!r} (policy {policy.name!r}) is not present on the engine; "
-                "build it with `sbx images build` or `make images`"
-            )
-        if policy.image_id is not None and image_id != policy.image_id:
-            raise PolicyError(
-                f"policy {policy.name!r} pins image_id {policy.image_id} but {policy.image!r} is "
-                f"{image_id}; rebuild or update the pin"
-            )
+        """ImageMissing when the policy's image is absent; PolicyError for a wrong pin."""
+        await self.checks.check_image(policy)
 
     # -- labels and orphans ----------------------------------------------------------
 
     def container_labels(self, **fields: Any) -> dict[str, str]:
         """Owner labels plus ``io.sbx.<field>`` (``session_id`` -> ``io.sbx.session``,
         ``task_id`` -> ``io.sbx.task``, ``timeout_ms`` -> ``io.sbx.timeout-ms``)."""
-        labels = dict(self._owner_labels)
-        for key, value in fields.items():
-            name = key.removesuffix("_id").replace("_", "-")
-            labels[LABEL_PREFIX + name] = "" if value is None else str(value)
-        return labels
+        return container_labels(self._owner_labels, **fields)
 
     async def sweep(self) -> int:
         """Stop and remove containers whose owning supervisor is gone. Never touches
         unlabeled containers or those of a live owner. Returns how many were removed."""
         removed = 0
+        loop = asyncio.get_running_loop()
         try:
             rows = await self.backend.list_labeled(LABEL_OWNER)
         except EngineUnavailable:
@@ -424,17 +245,22 @@ class Supervisor:
                 if await self.adopt_or_reap(row.id, row.labels):
                     removed += 1
                 continue
-            if owner_alive(row.labels, self.orphan_grace_s) is False:
+            alive = await loop.run_in_executor(
+                self.io, owner_alive, row.labels, self.orphan_grace_s
+            )
+            if alive is False:
                 log.info("reaping_orphan", container=row.id[:12], owner=owner)
-                with contextlib.suppress(SupervisorError):
+                try:
                     await self.backend.remove(row.id)
                     removed += 1
+                except SupervisorError as exc:
+                    log.warning("reap_failed", container=row.id[:12], error=str(exc))
         return removed
 
     async def adopt_or_reap(self, container_id: str, labels: dict[str, str]) -> bool:
         """A container of our own instance: kept when a task (restored from the store) owns
         it, reaped when no record knows it (e.g. a crash between create and record)."""
-        task_id = labels.get(LABEL_PREFIX + "task", "")
+        task_id = labels.get(LABEL_TASK, "")
         if any(session.owns(task_id) for session in self._sessions.values()):
             return False
         log.info("reaping_unrecorded", container=container_id[:12], task_id=task_id)
@@ -445,7 +271,7 @@ class Supervisor:
 
     async def find_container(self, task_id: str) -> str | None:
         """Our container for ``task_id``, found by its labels (any state)."""
-        rows = await self.backend.list_labeled(f"{LABEL_PREFIX}task={task_id}")
+        rows = await self.backend.list_labeled(f"{LABEL_TASK}={task_id}")
         for row in rows:
             if row.labels.get(LABEL_OWNER) == self.instance_id:
                 return row.id
@@ -454,8 +280,6 @@ class Supervisor:
     async def _restore(self) -> None:
         """Re-open the sessions that were open when the last supervisor on this state dir
         stopped (or died) and re-adopt their tasks."""
-        from supervisor.runtime.task.runner import TaskRecord  # noqa: PLC0415 - avoid import cycle
-
         for sid, _created, ended, data in await self.store.all_sessions():
             if ended is not None:
                 continue
@@ -483,8 +307,8 @@ class Supervisor:
         while not self._closed:
             await asyncio.sleep(every_s)
             ticks += 1
-            await asyncio.get_running_loop().run_in_executor(self.io, self._heartbeat)
-            if not self._engine_ok:
+            await asyncio.get_running_loop().run_in_executor(self.io, heartbeat, self.state_dir)
+            if not self.engine_ok:
                 continue
             try:
                 rows = await self.backend.list_labeled(f"{LABEL_OWNER}={self.instance_id}")
@@ -494,11 +318,6 @@ class Supervisor:
                 await self.adopt_or_reap(row.id, row.labels)
             if self.sweep_orphans and ticks % 6 == 0:
                 await self.sweep()
-
-    def _heartbeat(self) -> None:
-        """Touch the lock: other supervisors see we were alive just now (see owner_alive)."""
-        with contextlib.suppress(OSError):
-            os.utime(self.state_dir / "supervisor.lock")
 
     async def check_state_space(self) -> None:
         """Refuse new work while the state volume is (nearly) full (``min_free_bytes``)."""
@@ -532,7 +351,7 @@ class Supervisor:
                     sink_max_lag=self.sink_max_lag,
                 )
                 await events.load()
-                session = Session(self, sid, events, created)
+                session = Session(self._services(), sid, events, created)
                 await self.store.put_session(sid, created, None)
                 self._sessions[sid] = session
                 if self._sink_factory is not None:
@@ -552,6 +371,26 @@ class Supervisor:
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
 
-    def _forget(self, session: Session) -> None:
-        if self._sessions.get(session.session_id) is session:
-            del self._sessions[session.session_id]
+    def _forget(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def _services(self) -> SessionServices:
+        return SessionServices(
+            backend=self.backend,
+            io=self.io,
+            store=self.store,
+            policies=self.policies,
+            state_dir=self.state_dir,
+            instance_id=self.instance_id,
+            labels=self.container_labels,
+            check_runtime=self.check_runtime,
+            check_image=self.check_image,
+            ensure_engine=self.ensure_engine,
+            check_state_space=self.check_state_space,
+            find_container=self.find_container,
+            live_restore=lambda: self.live_restore,
+            on_ended=self._forget,
+            stalls=self.stall_watcher,
+            workspace_roots=self.workspace_roots,
+            end_timeout_s=self.end_timeout_s,
+        )

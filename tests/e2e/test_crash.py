@@ -195,7 +195,11 @@ def test_kill_9_while_a_reattach_holds_the_container_paused(
     tmp_path: Path, policies_dir: Path
 ) -> None:
     """A re-attach pauses the container while it reads the engine's log. A crash in that
-    moment leaves it paused; the next start thaws it and loses nothing."""
+    moment leaves it paused; the next start thaws it and loses nothing.
+
+    The command prints its lines and then keeps running (it sleeps until stopped): the
+    second daemon must find it running, or it never re-attaches and never reaches the
+    crash point (on a loaded machine a command that just exits can end before that)."""
     require_engine()
     state = tmp_path / "state"
     first = start_daemon(
@@ -207,7 +211,8 @@ def test_kill_9_while_a_reattach_holds_the_container_paused(
     with first.client() as c:
         c.post("/sessions", json={"session_id": "s"}).raise_for_status()
         tid = c.post(
-            "/sessions/s/tasks", json={"command": COMMAND, "policy": "fast", "kind": "monitor"}
+            "/sessions/s/tasks",
+            json={"command": f"{COMMAND}; exec sleep 600", "policy": "fast", "kind": "monitor"},
         ).json()["task_id"]
     assert first.proc.wait(timeout=120) == -9
     # The second start re-adopts the task and dies while the container is paused.
@@ -231,8 +236,14 @@ def test_kill_9_while_a_reattach_holds_the_container_paused(
     third = start_daemon(state, policies_dir, stop_tasks_on_exit=True)
     try:
         with third.client() as c:
+            found = c.post(
+                f"/sessions/s/tasks/{tid}/wait-for",
+                json={"pattern": f"^line{LINES}$", "timeout_s": 120},
+            ).json()
+            assert found["matched"], found
+            c.post(f"/sessions/s/tasks/{tid}/stop").raise_for_status()
             task = wait_final(c, "s", tid)
-            assert (task["status"], task["exit_code"]) == ("completed", 0), task
+            assert (task["status"], task["reason"]) == ("killed", "user_stopped"), task
             assert Path(task["output_path"]).read_bytes() == EXPECTED
             events = c.get("/sessions/s/events", params={"limit": 10000}).json()["events"]
             mine = [e for e in events if e.get("task_id") == tid]

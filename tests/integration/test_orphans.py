@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from supervisor import Supervisor
-from supervisor.runtime.supervisor import _boot_id
+from supervisor.runtime.ownership import boot_id
 from tests.conftest import owned_label, require_engine
 
 pytestmark = pytest.mark.timeout(120)
@@ -29,7 +29,7 @@ def owner(lock: Path | str, owner_id: str) -> dict[str, str]:
     return {
         "io.sbx.owner": owner_id,
         "io.sbx.owner.host": socket.gethostname(),
-        "io.sbx.owner.boot": _boot_id(),
+        "io.sbx.owner.boot": boot_id(),
         "io.sbx.owner.pid": "999999",
         "io.sbx.owner.lock": str(lock),
     }

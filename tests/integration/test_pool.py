@@ -66,12 +66,12 @@ async def test_pooled_container_is_single_use_and_hardened_the_same(sup: Supervi
     client = docker.APIClient(version="auto")
     before = pooled_ids(sup, "pool-hard")
     info = await session.start(TaskSpec(command="sleep 30", policy="warm"))
-    await until(lambda: session._runner(info.task_id).container_id is not None)
-    cid = session._runner(info.task_id).container_id
+    await until(lambda: session.task_runner(info.task_id).container_id is not None)
+    cid = session.task_runner(info.task_id).container_id
     assert cid in before  # it took a warm one ...
     cold = await session.start(TaskSpec(command="sleep 30", policy="warm", env={"X": "1"}))
-    await until(lambda: session._runner(cold.task_id).container_id is not None)
-    cold_cid = session._runner(cold.task_id).container_id
+    await until(lambda: session.task_runner(cold.task_id).container_id is not None)
+    cold_cid = session.task_runner(cold.task_id).container_id
     assert cold_cid not in before  # ... a task with its own env goes the cold way
     warm_hc = client.inspect_container(cid)["HostConfig"]
     cold_hc = client.inspect_container(cold_cid)["HostConfig"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from supervisor import MemorySink, Supervisor, TaskSpec
+from supervisor.runtime.task.reattach import Reattacher
 from supervisor.runtime.task.runner import TaskRunner
 
 pytestmark = pytest.mark.timeout(300)
@@ -32,20 +33,20 @@ CUTS = 15
 async def _cut_attach(runner: TaskRunner) -> bool:
     """Close the runner's attach connection once it has one; wait until it attached again.
     False when the task ended first."""
-    while runner._stream is None:
+    while runner.supervision.stream is None:
         if runner.ended:
             return False
         await asyncio.sleep(0.01)
-    old = runner._stream
+    old = runner.supervision.stream
     await old.aclose()
-    while runner._stream is None or runner._stream is old:
+    while runner.supervision.stream is None or runner.supervision.stream is old:
         if runner.ended:
             return False
         await asyncio.sleep(0.01)
     return True
 
 
-async def _no_anchor(self: TaskRunner, bulk: object, messages: int) -> None:
+async def _no_anchor(self: Reattacher, cid: str, bulk: object, messages: int) -> None:
     return None
 
 
@@ -59,7 +60,7 @@ async def test_cut_attach_while_printing_fast_loses_and_repeats_nothing(
     """``by-time``: while paused, only what the log gained after the bulk read (found by
     the messages' times); ``whole-log``: the fallback that reads the whole log paused."""
     if read == "whole-log":
-        monkeypatch.setattr(TaskRunner, "_log_after", _no_anchor)
+        monkeypatch.setattr(Reattacher, "_log_after", _no_anchor)
     (policies_dir / "reattach.toml").write_text(
         f'image = "sbx/minimal:latest"\nworking_dir = "/tmp"\nruntime = "{runtime}"\n'
         "[limits]\npids = 1024\n[timeouts]\ngrace_s = 1.0\n"
@@ -68,7 +69,7 @@ async def test_cut_attach_while_printing_fast_loses_and_repeats_nothing(
     async with Supervisor(state_dir=tmp_path / "state", policies_dir=policies_dir) as sup:
         session = await sup.open_session("reattach", sinks=[sink])
         task = await session.start(TaskSpec(command=FAST, policy="reattach", kind="monitor"))
-        runner = session._runner(task.task_id)
+        runner = session.task_runner(task.task_id)
         await session.wait_for(task.task_id, "^line100$", timeout_s=60)
         cuts = 0
         for _ in range(CUTS):

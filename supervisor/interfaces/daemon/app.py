@@ -48,8 +48,9 @@ from supervisor.core.errors import (
 from supervisor.core.events import NOTIFY_TYPES, BaseEvent
 from supervisor.core.models import Kind, TaskInfo, TaskSpec
 from supervisor.core.render import render_json, render_xml
+from supervisor.core.validation import spec_error
 from supervisor.interfaces.daemon.auth import Auth, Principal
-from supervisor.runtime.session import Session, spec_error
+from supervisor.runtime.session import Session
 from supervisor.runtime.supervisor import Supervisor
 
 #: The OpenAPI description of the API.

@@ -1,0 +1,111 @@
+"""``wait_for``: the first output line matching a pattern, searched in the output file.
+
+The file is read and scanned in a worker thread, chunk by chunk, so a long line or a slow
+pattern never holds the event loop; the caller's timeout is checked between chunks and
+while waiting for more output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor
+from pathlib import Path
+
+from supervisor.core.errors import TaskNotRunning, WaitTimeout
+from supervisor.core.models import PatternMatch, TaskInfo
+from supervisor.core.scan import LineScanner, Pattern
+from supervisor.runtime.aio import first_of
+
+#: Bytes read and scanned per thread hop.
+CHUNK = 8 << 20
+
+
+def _read_from(path: Path, offset: int, size: int = CHUNK) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            if offset >= os.fstat(fh.fileno()).st_size:
+                return b""  # (and never seek absurdly far: some filesystems refuse)
+            fh.seek(offset)
+            return fh.read(size)
+    except FileNotFoundError:
+        return b""
+
+
+def _scan_next(path: Path, scanner: LineScanner, offset: int) -> tuple[int, PatternMatch | None]:
+    """Read one chunk at ``offset`` and feed it: (bytes read, the match if any)."""
+    data = _read_from(path, offset)
+    if not data:
+        return 0, None
+    return len(data), scanner.feed(data, offset)
+
+
+class TaskView:
+    """What a search needs to know about its task while it runs."""
+
+    def __init__(
+        self,
+        *,
+        task_id: str,
+        seen: Callable[[], asyncio.Event],
+        ended: Callable[[], bool],
+        exited: asyncio.Event,
+        final: asyncio.Event,
+        info: Callable[[], TaskInfo],
+    ) -> None:
+        self.task_id = task_id
+        self.seen = seen
+        self.ended = ended
+        self.exited = exited
+        self.final = final
+        self.info = info
+
+
+async def wait_for_pattern(
+    path: Path,
+    pattern: Pattern,
+    task: TaskView,
+    io: Executor,
+    *,
+    timeout_s: float,
+    from_offset: int = 0,
+) -> PatternMatch:
+    """First line at/after ``from_offset`` matching ``pattern`` (lines printed before the
+    call count). Raises WaitTimeout, or TaskNotRunning when the task ended without one."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    scanner = LineScanner(pattern, from_offset)
+    offset = from_offset
+    while True:
+        seen = task.seen()
+        ended = task.ended() or task.exited.is_set()
+        got, match = await loop.run_in_executor(io, _scan_next, path, scanner, offset)
+        if match is not None:
+            return match
+        if got:
+            offset += got
+            if loop.time() >= deadline:
+                break
+            continue
+        if ended:
+            if task.exited.is_set() and not task.ended():
+                await task.final.wait()  # the last bytes may still be on their way
+                continue
+            match = scanner.finish()
+            if match is not None:
+                return match
+            info = task.info()
+            raise TaskNotRunning(
+                info,
+                f"task {task.task_id} ended ({info.describe_end()}) without printing "
+                f"a line matching {pattern.text!r}",
+            )
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        await first_of(seen.wait(), task.final.wait(), timeout=remaining)
+    raise WaitTimeout(
+        f"no line matching {pattern.text!r} in the output of task {task.task_id} "
+        f"within {timeout_s} s"
+    )

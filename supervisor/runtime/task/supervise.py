@@ -1,0 +1,152 @@
+"""While the command runs: capture its output and collect its exit, riding out engine
+outages and dropped connections (re-attaching without losing or repeating a byte)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from structlog.stdlib import BoundLogger
+
+from supervisor.core.container import ContainerState
+from supervisor.core.errors import EngineError, EngineUnavailable, SupervisorError
+from supervisor.core.faults import crash_point
+from supervisor.engine.base import AttachedStream, Backend
+from supervisor.runtime.task.capture import Capture
+from supervisor.runtime.task.reattach import Reattacher
+
+#: After the container exits, how long the output stream may take to drain.
+DRAIN_S = 10.0
+
+
+class Supervision:
+    """Owns the task's current attach stream from the start until it is closed."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        capture: Capture,
+        reattacher: Reattacher,
+        exited: asyncio.Event,
+        log: BoundLogger,
+        *,
+        on_stream_lost: Callable[[], None],
+    ) -> None:
+        self.backend = backend
+        self.capture = capture
+        self.reattacher = reattacher
+        self.exited = exited
+        self.log = log
+        self._on_stream_lost = on_stream_lost
+        self.stream: AttachedStream | None = None
+        #: Set once the engine stopped answering while this task ran.
+        self.engine_outage = False
+
+    async def run(self, cid: str) -> ContainerState | None:
+        """Capture until the output ends, then collect the exit. None: the container is
+        gone. Output produced during an outage comes from the engine's log."""
+        capture = asyncio.create_task(self._capture_all(cid), name="capture")
+        try:
+            state = await self._wait_exit(cid)
+        except BaseException:
+            capture.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await capture
+            raise
+        self.exited.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(capture), DRAIN_S)
+        except TimeoutError:
+            self.log.warning("capture_drain_timeout")
+            capture.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await capture
+        if state is not None and self.engine_outage:
+            # The stream may have missed the end: catch up from the engine's log.
+            try:
+                await self._catch_up(cid)
+            except SupervisorError as exc:
+                self.log.warning("catch_up_failed", error=str(exc))
+        crash_point("after_exit")
+        return state
+
+    async def close(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
+            self.stream = None
+
+    async def _wait_exit(self, cid: str) -> ContainerState | None:
+        """Wait for the container to stop; ride out engine outages (None = container gone)."""
+        delay = 0.2
+        while True:
+            try:
+                return await self.backend.wait(cid)
+            except EngineUnavailable as exc:
+                if not self.engine_outage:
+                    self.log.warning("engine_unavailable_while_waiting", error=str(exc))
+                self.engine_outage = True
+            except EngineError as exc:
+                state = None
+                try:
+                    state = await self.backend.inspect(cid)
+                except SupervisorError as again:
+                    self.log.info("inspect_after_wait_failed", error=str(again))
+                if state is None:
+                    self.log.warning("container_vanished", error=str(exc))
+                    return None
+                if not state.running:
+                    return state
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _capture_all(self, cid: str) -> None:
+        """Read the attached stream; after it ends early (engine lost, connection dropped),
+        re-attach and skip what is already captured."""
+        empty_reattaches = 0
+        while True:
+            before = self.capture.received
+            if self.stream is not None:
+                await self.capture.run(self.stream)
+                await self.close()
+                self._on_stream_lost()
+            if self.exited.is_set():
+                return
+            got = self.capture.received - before
+            empty_reattaches = empty_reattaches + 1 if got == 0 else 0
+            state = await self.inspect_patiently(cid)
+            if state is None or not state.running or self.exited.is_set():
+                return
+            if empty_reattaches >= 2:
+                # The command closed its stdout and stderr but keeps running: nothing more
+                # will come; its exit is still collected.
+                return
+            self.log.info("capture_reattach")
+            try:
+                self.stream = await self.reattacher.reattach(cid)
+            except SupervisorError as exc:
+                self.log.warning("reattach_failed", error=str(exc))
+                self.engine_outage = True
+                await asyncio.sleep(0.5)
+
+    async def inspect_patiently(self, cid: str) -> ContainerState | None:
+        """The container's state, waiting out engine outages (None: gone, or it exited)."""
+        delay = 0.2
+        while not self.exited.is_set():
+            try:
+                return await self.backend.inspect(cid)
+            except EngineUnavailable:
+                self.engine_outage = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        return None
+
+    async def _catch_up(self, cid: str) -> None:
+        """After an outage and the container's exit: fetch output the stream missed."""
+        stream = await self.reattacher.attach_replay(cid)
+        try:
+            await asyncio.wait_for(self.capture.run(stream), DRAIN_S)
+        except TimeoutError:
+            self.log.warning("catch_up_timeout")
+        finally:
+            await stream.aclose()
