@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -28,8 +27,11 @@ from supervisor import Supervisor, TaskSpec
 from supervisor.core.demux import FrameDemux
 from supervisor.core.policy import PolicySet
 from supervisor.core.resolve import container_request, resolve
-from supervisor.engine.docker import request_to_config
+from supervisor.engine.docker import attach_request, request_to_config
+from supervisor.engine.docker.http import read_head
+from supervisor.engine.endpoint import Endpoint
 from supervisor.runtime.session import Session
+from supervisor.runtime.supervisor import LABEL_OWNER, LABEL_PREFIX
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = REPO / "policies"
@@ -37,7 +39,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PID = os.getpid()
 #: Every container a benchmark creates without the supervisor carries this label, so the
 #: benchmark (and tests/conftest.py's leftover check) can find and remove exactly its own.
-TEST_LABEL = "io.sbx.test"
+TEST_LABEL = LABEL_PREFIX + "test"
+#: Where the supervisor records its owner's pid and a task's session.
+OWNER_PID_LABEL = LABEL_OWNER + ".pid"
+SESSION_LABEL = LABEL_PREFIX + "session"
 
 #: Benchmark policies, added to a private copy of policies/. Monitor limits are generous so
 #: rate limiting never interferes with a measurement; the batch window stays the default
@@ -286,7 +291,7 @@ def machine_info() -> dict[str, Any]:
         "hostname": socket.gethostname(),
     }
     try:
-        client = docker.APIClient(version="auto", timeout=10)
+        client = engine_client(timeout=10)
         ver = client.version()
         dinfo = client.info()
         info["engine"] = {
@@ -395,20 +400,25 @@ def make_policies_dir(target: Path) -> Path:
 # -- raw Docker baselines -----------------------------------------------------------------
 
 
+def engine_client(**kwargs: Any) -> Any:
+    """A docker-py client for the engine the supervisor uses ($DOCKER_HOST)."""
+    endpoint = Endpoint(None)
+    return docker.APIClient(base_url=endpoint.url, version="auto", tls=bool(endpoint.ssl), **kwargs)
+
+
 class RawDocker:
     """Containers made with docker-py directly, hardened exactly like the supervisor's (the
     same ``request_to_config`` on a request built the same way), labeled ``io.sbx.test``."""
 
     def __init__(self, policies_dir: Path, max_pool_size: int = 32) -> None:
         self.policies = PolicySet(policies_dir)
-        self.client = docker.APIClient(version="auto", timeout=120, max_pool_size=max_pool_size)
+        #: The engine the supervisor's DockerBackend would use ($DOCKER_HOST).
+        self.endpoint = Endpoint(None)
+        if not self.endpoint.local:
+            raise SystemExit(f"the benchmarks need a local engine, not {self.endpoint.url}")
+        self.client = engine_client(timeout=120, max_pool_size=max_pool_size)
         self.api_version = self.client.api_version
         self._n = 0
-        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        parsed = urllib.parse.urlparse(host)
-        if parsed.scheme not in ("unix", "http+unix", ""):
-            raise SystemExit("the benchmarks need a local engine on a unix socket")
-        self.socket_path = parsed.path or "/var/run/docker.sock"
 
     def config(
         self, command: str, policy: str = "bench", *, stdin: str | None = None
@@ -422,7 +432,7 @@ class RawDocker:
             name=name,
             command=command,
             eff=eff,
-            labels={TEST_LABEL: str(PID), "io.sbx.bench": "raw"},
+            labels={TEST_LABEL: str(PID), LABEL_PREFIX + "bench": "raw"},
             network="none",
             workspace=None,
         )
@@ -474,7 +484,7 @@ class RawDocker:
         supervisor's). Returns how many were left."""
         rows = self.ours()
         with contextlib.suppress(docker.errors.APIError):
-            rows += self.client.containers(all=True, filters={"label": f"io.sbx.owner.pid={PID}"})
+            rows += self.client.containers(all=True, filters={"label": f"{OWNER_PID_LABEL}={PID}"})
         for r in rows:
             with contextlib.suppress(docker.errors.APIError):
                 self.client.remove_container(r["Id"], force=True, v=True)
@@ -482,7 +492,7 @@ class RawDocker:
 
     def count_session(self, session_id: str) -> int:
         return len(
-            self.client.containers(all=True, filters={"label": f"io.sbx.session={session_id}"})
+            self.client.containers(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
         )
 
     def close(self) -> None:
@@ -491,20 +501,15 @@ class RawDocker:
 
 
 def read_first_payload(sock: Any) -> None:
-    """Block until the first payload byte of a multiplexed attach stream arrives."""
+    """Block until the first payload byte of a multiplexed attach stream arrives (the
+    engine's framing decoded by supervisor.core.demux, as the supervisor does)."""
+    demux = FrameDemux()
     while True:
-        header = b""
-        while len(header) < 8:
-            chunk = docker.utils.socket.read(sock, 8 - len(header))
-            if not chunk:
-                raise EOFError("attach stream ended before any output")
-            header += chunk
-        size = int.from_bytes(header[4:8], "big")
-        if size == 0:
-            continue
-        if docker.utils.socket.read(sock, 1):
+        chunk = docker.utils.socket.read(sock, 4096)
+        if not chunk:
+            raise EOFError("attach stream ended before any output")
+        if any(len(piece) for _, piece in demux.feed_views(chunk)):
             return
-        raise EOFError("attach stream ended inside a frame")
 
 
 class CountingDemux:
@@ -537,20 +542,12 @@ class LineDemux:
 async def raw_attach(
     raw: RawDocker, cid: str, *, stdin: bool = True
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A hijacked attach connection opened with plain asyncio (no docker-py)."""
-    reader, writer = await asyncio.open_unix_connection(raw.socket_path, limit=1 << 20)
-    query = urllib.parse.urlencode(
-        {"stream": 1, "stdout": 1, "stderr": 1, "stdin": int(stdin), "logs": 0}
-    )
-    writer.write(
-        (
-            f"POST /v{raw.api_version}/containers/{cid}/attach?{query} HTTP/1.1\r\n"
-            "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n"
-        ).encode()
-    )
+    """A hijacked attach connection opened with plain asyncio streams (no docker-py, not the
+    supervisor's BufferedProtocol): the supervisor's attach request, read with a StreamReader."""
+    reader, writer = await raw.endpoint.connect()
+    writer.write(attach_request(f"/v{raw.api_version}", cid, stdin=stdin, logs=False))
     await writer.drain()
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
+    status, _ = await read_head(reader)
     if status not in (101, 200):
         writer.close()
         raise RuntimeError(f"attach {cid[:12]}: HTTP {status}")

@@ -112,20 +112,12 @@ class Backend(Protocol):
         """Total CPU time the container has used, or None when unknown."""
         ...
 
-    async def host_pids(self, container_id: str) -> list[int] | None:
-        """Host pids of the container's processes, or None when not observable."""
-        ...
-
     async def ensure_network(self, name: str, labels: dict[str, str]) -> None:
         """Create a bridge network if missing."""
         ...
 
     async def remove_network(self, name: str) -> None:
         """Remove a network; missing is not an error."""
-        ...
-
-    async def connect_network(self, container_id: str, network: str) -> None:
-        """Attach a created container to a network."""
         ...
 
     async def aclose(self) -> None:

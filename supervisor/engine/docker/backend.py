@@ -1,0 +1,286 @@
+"""Docker Engine backend: docker-py for control calls (offloaded), raw asyncio for streams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import urllib.parse
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal, TypeVar
+
+import docker
+import docker.errors
+
+from supervisor.core.container import ContainerRequest, ContainerState, ContainerSummary, Segment
+from supervisor.core.demux import FrameDemux
+from supervisor.core.errors import EngineError, ImageMissing, SupervisorError
+from supervisor.core.logs import get_logger
+from supervisor.engine.base import AttachedStream
+from supervisor.engine.docker import http
+from supervisor.engine.docker.attach import open_attach
+from supervisor.engine.docker.convert import request_to_config, state_from_inspect, translate_error
+from supervisor.engine.endpoint import Endpoint
+
+T = TypeVar("T")
+log = get_logger("supervisor.engine.docker")
+
+
+class _NotFoundError(Exception):
+    """Internal: the engine answered 404."""
+
+
+class DockerBackend:
+    """The Docker Engine through its API. Every docker-py call runs in one bounded thread pool."""
+
+    name = "docker"
+
+    def __init__(self, base_url: str | None = None, *, max_workers: int = 16) -> None:
+        self._endpoint = Endpoint(base_url)
+        self.local = self._endpoint.local
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="sbx-docker")
+        self._max_workers = max_workers
+        self._client: Any = None
+        self._api_prefix = "/v1.41"
+        self._client_lock = asyncio.Lock()
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    async def _offload(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    async def _api(self) -> Any:
+        if self._client is not None:
+            return self._client
+        async with self._client_lock:
+            if self._client is None:
+
+                def make() -> Any:
+                    return docker.APIClient(
+                        base_url=self._endpoint.url,
+                        version="auto",
+                        timeout=60,
+                        max_pool_size=self._max_workers,
+                        tls=bool(self._endpoint.ssl),
+                    )
+
+                try:
+                    client = await self._offload(make)
+                except Exception as exc:
+                    raise translate_error(exc, "connect") from exc
+                self._api_prefix = f"/v{client.api_version}"
+                self._client = client
+        return self._client
+
+    async def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        client = await self._api()
+        try:
+            return await self._offload(getattr(client, method), *args, **kwargs)
+        except docker.errors.NotFound as exc:
+            if isinstance(exc, docker.errors.ImageNotFound):
+                raise translate_error(exc, what) from exc
+            raise _NotFoundError(str(exc)) from exc
+        except Exception as exc:
+            raise translate_error(exc, what) from exc
+
+    async def _raw(
+        self, method: str, path: str, *, timeout: float | None = None
+    ) -> tuple[int, bytes]:
+        """A plain request on its own connection (for long waits that must not hold a thread)."""
+        await self._api()
+        return await http.exchange(self._endpoint, self._api_prefix, method, path, timeout=timeout)
+
+    async def _raw_stream(self, method: str, path: str) -> AsyncIterator[bytes]:
+        """A plain request whose body is yielded as it arrives (for bodies too large to
+        hold: a container's whole log)."""
+        await self._api()
+        async for block in http.stream_body(self._endpoint, self._api_prefix, method, path):
+            yield block
+
+    # -- Backend protocol -------------------------------------------------------------
+
+    async def ping(self) -> dict[str, str]:
+        info = await self._call("ping", "version")
+        return {
+            "version": str(info.get("Version", "?")),
+            "api_version": str(info.get("ApiVersion", "?")),
+            "os": str(info.get("Os", "?")),
+            "kernel": str(info.get("KernelVersion", "?")),
+        }
+
+    async def alive(self) -> bool:
+        if self._client is None:
+            try:
+                await self._api()
+            except SupervisorError:
+                return False
+        try:
+            status, body = await self._raw("GET", "/_ping", timeout=2.0)
+        except (SupervisorError, TimeoutError, OSError):
+            return False
+        return status == 200 and body.strip() == b"OK"
+
+    async def create(self, request: ContainerRequest) -> str:
+        client = await self._api()
+        config = request_to_config(request)
+        try:
+            result = await self._offload(client.create_container_from_config, config, request.name)
+        except docker.errors.NotFound as exc:
+            raise ImageMissing(
+                f"image {request.image!r} is not present on the engine; build it with "
+                f"`sbx images build` ({exc.explanation or exc})"
+            ) from exc
+        except Exception as exc:
+            raise translate_error(exc, f"create container {request.name}") from exc
+        return str(result["Id"])
+
+    async def attach(self, container_id: str, *, stdin: bool, logs: bool) -> AttachedStream:
+        await self._api()
+        request = http.attach_request(self._api_prefix, container_id, stdin=stdin, logs=logs)
+        return await open_attach(self._endpoint, request, container_id, stdin=stdin)
+
+    async def pause(self, container_id: str) -> None:
+        try:
+            await self._call("pause", "pause", container_id)
+        except _NotFoundError as exc:
+            raise EngineError(f"pause: no such container {container_id[:12]}") from exc
+
+    async def unpause(self, container_id: str) -> None:
+        try:
+            await self._call("unpause", "unpause", container_id)
+        except _NotFoundError:
+            return
+        except EngineError as exc:
+            if "is not paused" in str(exc) or "is not running" in str(exc):
+                return
+            raise
+
+    async def logs(
+        self, container_id: str, *, tail: int | None = None, timestamps: bool = False
+    ) -> AsyncIterator[list[Segment]]:
+        query = urllib.parse.urlencode(
+            {
+                "stdout": 1,
+                "stderr": 1,
+                "follow": 0,
+                "timestamps": int(timestamps),
+                "tail": "all" if tail is None else str(tail),
+            }
+        )
+        demux = FrameDemux()
+        async for block in self._raw_stream("GET", f"/containers/{container_id}/logs?{query}"):
+            pieces: list[Segment] = list(
+                demux.feed_frames(block) if timestamps else demux.feed(block)
+            )
+            if pieces:
+                yield pieces
+
+    async def start(self, container_id: str) -> None:
+        try:
+            await self._call("start", "start", container_id)
+        except _NotFoundError as exc:
+            raise EngineError(f"start: container {container_id[:12]} vanished") from exc
+
+    async def wait(self, container_id: str) -> ContainerState:
+        status, body = await self._raw(
+            "POST", f"/containers/{container_id}/wait?condition=not-running"
+        )
+        if status == 404:
+            raise EngineError(f"wait: container {container_id[:12]} vanished")
+        if status != 200:
+            raise EngineError(f"wait {container_id[:12]}: HTTP {status}: {body[:200]!r}")
+        state = await self.inspect(container_id)
+        if state is None:
+            code = json.loads(body or b"{}").get("StatusCode")
+            return ContainerState(id=container_id, status="exited", running=False, exit_code=code)
+        return state
+
+    async def kill(self, container_id: str, signal: Literal["SIGTERM", "SIGKILL"]) -> None:
+        try:
+            await self._call("kill", "kill", container_id, signal=signal)
+        except _NotFoundError:
+            return
+        except EngineError as exc:
+            if "is not running" in str(exc):
+                return
+            raise
+
+    async def inspect(self, container_id: str) -> ContainerState | None:
+        try:
+            data = await self._call("inspect", "inspect_container", container_id)
+        except _NotFoundError:
+            return None
+        return state_from_inspect(data)
+
+    async def remove(self, container_id: str) -> None:
+        try:
+            await self._call("remove", "remove_container", container_id, force=True, v=True)
+        except _NotFoundError:
+            return
+        except EngineError as exc:
+            if "already in progress" in str(exc) or "No such container" in str(exc):
+                return
+            raise
+
+    async def list_labeled(self, label: str) -> list[ContainerSummary]:
+        rows = await self._call("list", "containers", all=True, filters={"label": label})
+        return [
+            ContainerSummary(id=r["Id"], status=r.get("State", "?"), labels=r.get("Labels") or {})
+            for r in rows
+        ]
+
+    async def image_id(self, image: str) -> str | None:
+        try:
+            data = await self._call("inspect image", "inspect_image", image)
+        except (_NotFoundError, ImageMissing):
+            return None
+        return str(data["Id"])
+
+    async def runtimes(self) -> set[str]:
+        info = await self._call("info", "info")
+        return set((info.get("Runtimes") or {}).keys())
+
+    async def live_restore(self) -> bool:
+        info = await self._call("info", "info")
+        return bool(info.get("LiveRestoreEnabled"))
+
+    async def cpu_time_ns(self, container_id: str) -> int | None:
+        try:
+            stats = await self._call("stats", "stats", container_id, stream=False, one_shot=True)
+        except (_NotFoundError, EngineError):
+            return None
+        try:
+            return int(stats["cpu_stats"]["cpu_usage"]["total_usage"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    async def ensure_network(self, name: str, labels: dict[str, str]) -> None:
+        existing = await self._call("networks", "networks", names=[name])
+        if any(n.get("Name") == name for n in existing):
+            return
+        try:
+            await self._call(
+                "create network",
+                "create_network",
+                name,
+                driver="bridge",
+                labels=labels,
+                check_duplicate=True,
+            )
+        except EngineError as exc:
+            if "already exists" not in str(exc):
+                raise
+
+    async def remove_network(self, name: str) -> None:
+        with contextlib.suppress(_NotFoundError):
+            await self._call("remove network", "remove_network", name)
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await self._offload(client.close)
+        self._pool.shutdown(wait=False, cancel_futures=True)
