@@ -25,13 +25,13 @@ import docker.utils.socket
 
 from supervisor import Supervisor, TaskSpec
 from supervisor.core.demux import FrameDemux
+from supervisor.core.labels import LABEL_OWNER, LABEL_PREFIX
 from supervisor.core.policy import PolicySet
 from supervisor.core.resolve import container_request, resolve
 from supervisor.engine.docker import attach_request, request_to_config
 from supervisor.engine.docker.http import read_head
 from supervisor.engine.endpoint import Endpoint
 from supervisor.runtime.session import Session
-from supervisor.runtime.supervisor import LABEL_OWNER, LABEL_PREFIX
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = REPO / "policies"

@@ -45,7 +45,8 @@ from supervisor.engine.fake import (
     task_command,
 )
 from supervisor.engine.fake.container import rfc3339_ns
-from supervisor.runtime.pool import Pooled, pool_script
+from supervisor.runtime.pool import pool_script
+from supervisor.runtime.task.ports import WarmStart
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]
 
@@ -196,7 +197,7 @@ async def test_the_warm_pool_loop_runs_the_command_written_to_stdin(
     engine.script("echo x", Script(Out("x\n"), ReadLine(echo=True), Exit(4)))
     sentinel = "sbx-sentinel-1"
     cid, stream = await launch(backend, pool_script(sentinel))
-    pooled = Pooled(task_id="bg-1", container_id=cid, stream=stream, sentinel=sentinel)
+    pooled = WarmStart(task_id="bg-1", container_id=cid, stream=stream, sentinel=sentinel)
     await stream.write(pooled.payload("echo x") + b"input\n")
     assert joined(await read_all(stream)) == b"x\ninput\n"
     assert (await backend.wait(cid)).exit_code == 4
