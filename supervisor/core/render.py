@@ -18,6 +18,7 @@ from supervisor.core.events import (
     TaskStopped,
 )
 from supervisor.core.lifecycle import status_for
+from supervisor.core.text import REASON_TEXT, format_duration, task_label
 
 # XML 1.0 forbids most C0 controls; ESC would also let output drive a terminal. Show them.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffe\uffff]")
@@ -39,18 +40,7 @@ def xml_attr(value: str) -> str:
 
 
 def _label(ev: TaskStarted | TaskStopped | TaskFailed | TaskStalled | TaskPoll) -> str:
-    label = ev.description or ev.command
-    return label if len(label) <= 200 else label[:197] + "..."
-
-
-def _ms(ms: int) -> str:
-    if ms % 3_600_000 == 0:
-        return f"{ms // 3_600_000}h"
-    if ms % 60_000 == 0:
-        return f"{ms // 60_000}m"
-    if ms % 1000 == 0:
-        return f"{ms // 1000}s"
-    return f"{ms}ms"
+    return task_label(ev.description, ev.command)
 
 
 def summary(ev: TaskStopped | TaskFailed) -> str:
@@ -58,24 +48,13 @@ def summary(ev: TaskStopped | TaskFailed) -> str:
     what = f'Background command "{_label(ev)}"'
     if isinstance(ev, TaskFailed):
         return f"{what} failed to start: {ev.message}"
-    match ev.reason:
-        case "exit" if ev.exit_code == 0:
-            return f"{what} completed (exit code 0)"
-        case "exit":
-            return f"{what} failed (exit code {ev.exit_code})"
-        case "timeout":
-            return f"{what} was killed: it reached its timeout"
-        case "idle_timeout":
-            return f"{what} was killed: it printed nothing for too long (idle timeout)"
-        case "user_stopped":
-            return f"{what} was killed: stopped by request"
-        case "session_ended":
-            return f"{what} was killed: the session ended"
-        case "oom_killed":
-            return f"{what} failed: killed for running out of memory"
-        case "lost":
-            return f"{what} failed: lost ({ev.detail or 'the container vanished'})"
-    return f"{what} ended ({ev.reason})"  # pragma: no cover - exhaustive above
+    if ev.reason == "exit":
+        ended = "completed" if ev.exit_code == 0 else "failed"
+        return f"{what} {ended} (exit code {ev.exit_code})"
+    if ev.reason == "lost":
+        return f"{what} failed: lost ({ev.detail or 'the container vanished'})"
+    verb = "was killed" if status_for(ev.reason, ev.exit_code) == "killed" else "failed"
+    return f"{what} {verb}: {REASON_TEXT[ev.reason]}"
 
 
 def event_status(ev: TaskStopped | TaskFailed) -> str:
@@ -177,4 +156,4 @@ def render_json(ev: BaseEvent) -> dict[str, Any]:
 
 def duration_text(ms: int) -> str:
     """``300000`` -> ``5m`` (for help texts and summaries)."""
-    return _ms(ms)
+    return format_duration(ms)

@@ -121,15 +121,21 @@ class StallDetector:
         if quiet < self.stall_after - 1e-6:
             self._next_check = quiet_since + self.stall_after
             return None
-        mark_t, mark_cpu = self._cpu_mark
-        span = now - mark_t
-        if cpu_ns is None or span <= 0:
-            self._next_check = now + SAMPLE_EVERY_S
-            return None
-        busy = (cpu_ns - mark_cpu) / 1e9 / span
-        if busy > IDLE_CPU_FRACTION:
-            self._cpu_mark = (now, cpu_ns)
+        if not self._idle_since_mark(now, cpu_ns):
             self._next_check = now + SAMPLE_EVERY_S
             return None
         self.in_episode = True
         return Verdict("heuristic", quiet)
+
+    def _idle_since_mark(self, now: float, cpu_ns: int | None) -> bool:
+        """Whether the CPU stayed (nearly) idle since the last mark; a busy span moves the
+        mark, an unknown one keeps it."""
+        assert self._cpu_mark is not None
+        mark_t, mark_cpu = self._cpu_mark
+        span = now - mark_t
+        if cpu_ns is None or span <= 0:
+            return False
+        if (cpu_ns - mark_cpu) / 1e9 / span > IDLE_CPU_FRACTION:
+            self._cpu_mark = (now, cpu_ns)
+            return False
+        return True

@@ -135,9 +135,8 @@ def _epoll_fds(pid: int, epfd: int) -> list[int]:
     return fds
 
 
-def waited_fds(pid: int) -> tuple[int, list[int]] | None:
-    """(syscall number, fds it waits to read) for a process blocked in a read-like syscall.
-
+def _syscall(pid: int) -> tuple[int, list[int]] | None:
+    """(syscall number, its first six arguments) of a blocked process, else None.
     Raises PermissionError when this process may not look (not root)."""
     try:
         fields = Path(f"/proc/{pid}/syscall").read_text().split()
@@ -152,34 +151,54 @@ def waited_fds(pid: int) -> tuple[int, list[int]] | None:
         args = [int(a, 16) for a in fields[1:7]]
     except ValueError:
         return None
-    if len(args) < 3:
+    return (nr, args) if len(args) >= 3 else None
+
+
+def _poll_fds(pid: int, pollfds: int, count: int) -> list[int]:
+    """The fds a poll(2)/ppoll(2) waits to read: its ``struct pollfd`` array."""
+    nfds = min(count, _MAX_FDS)
+    raw = _read_mem(pid, pollfds, nfds * 8)
+    if raw is None or len(raw) < nfds * 8:
+        return []
+    fds = []
+    for i in range(nfds):
+        fd, events, _ = struct.unpack_from("=ihh", raw, i * 8)
+        if fd >= 0 and events & _POLLIN:
+            fds.append(fd)
+    return fds
+
+
+def _select_fds(pid: int, count: int, readfds: int) -> list[int]:
+    """The fds a select(2)/pselect6(2) waits to read: its read ``fd_set``."""
+    nfds = min(count, _MAX_FDS)
+    if readfds == 0 or nfds <= 0:
+        return []
+    raw = _read_mem(pid, readfds, (nfds + 63) // 64 * 8)
+    if raw is None:
+        return []
+    bits = int.from_bytes(raw, "little")
+    return [fd for fd in range(nfds) if bits >> fd & 1]
+
+
+def waited_fds(pid: int) -> tuple[int, list[int]] | None:
+    """(syscall number, fds it waits to read) for a process blocked in a read-like syscall.
+
+    Raises PermissionError when this process may not look (not root)."""
+    call = _syscall(pid)
+    if call is None:
         return None
+    nr, args = call
     if nr in _READS:
-        return nr, [args[0]]
-    if nr in _POLLS:
-        nfds = min(args[1], _MAX_FDS)
-        raw = _read_mem(pid, args[0], nfds * 8)
-        if raw is None or len(raw) < nfds * 8:
-            return nr, []
-        fds = []
-        for i in range(nfds):
-            fd, events, _ = struct.unpack_from("=ihh", raw, i * 8)
-            if fd >= 0 and events & _POLLIN:
-                fds.append(fd)
-        return nr, fds
-    if nr in _SELECTS:
-        nfds = min(args[0], _MAX_FDS)
-        if args[1] == 0 or nfds <= 0:
-            return nr, []
-        nbytes = (nfds + 63) // 64 * 8
-        raw = _read_mem(pid, args[1], nbytes)
-        if raw is None:
-            return nr, []
-        bits = int.from_bytes(raw, "little")
-        return nr, [fd for fd in range(nfds) if bits >> fd & 1]
-    if nr in _EPOLLS:
-        return nr, _epoll_fds(pid, args[0])
-    return None
+        fds = [args[0]]
+    elif nr in _POLLS:
+        fds = _poll_fds(pid, args[0], args[1])
+    elif nr in _SELECTS:
+        fds = _select_fds(pid, args[0], args[1])
+    elif nr in _EPOLLS:
+        fds = _epoll_fds(pid, args[0])
+    else:
+        return None
+    return nr, fds
 
 
 def probe(init_pid: int) -> StdinProbe:

@@ -189,3 +189,28 @@ class WarmPool:
                     await task
         ready, self._ready = self._ready, []
         await asyncio.gather(*(self.discard(p) for p in ready))
+
+
+class Pools:
+    """One warm pool per policy, made on first use."""
+
+    def __init__(self, ports: PoolPorts, session_id: str) -> None:
+        self._ports = ports
+        self._session_id = session_id
+        self._pools: dict[str, WarmPool] = {}
+
+    def get(self, policy: Policy) -> WarmPool:
+        pool = self._pools.get(policy.name)
+        if pool is None:
+            pool = self._pools[policy.name] = WarmPool(self._ports, policy, self._session_id)
+        return pool
+
+    def take(self, spec: TaskSpec, policy: Policy) -> WarmStart | None:
+        """A warm container for this task, or None (it starts cold)."""
+        return self.get(policy).take() if eligible(spec, policy) else None
+
+    def holds(self, task_id: str) -> bool:
+        return any(p.holds(task_id) for p in self._pools.values())
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(p.aclose() for p in self._pools.values()))

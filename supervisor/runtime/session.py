@@ -26,10 +26,15 @@ from supervisor.core.models import Kind, OutputSlice, PatternMatch, TaskInfo, Ta
 from supervisor.core.policy import Policy
 from supervisor.core.resolve import Effective, container_request, resolve, workspace_mount
 from supervisor.core.scan import compile_pattern
-from supervisor.core.task_state import Stage, TaskIdentity, TaskRecord, TaskState
+from supervisor.core.task_state import TaskIdentity, TaskRecord, TaskState
 from supervisor.core.validation import spec_error
-from supervisor.runtime.pool import PoolPorts, WarmPool, eligible
-from supervisor.runtime.session_ports import SessionEvents, SessionServices
+from supervisor.runtime.pool import PoolPorts, Pools
+from supervisor.runtime.session_ports import (
+    SessionEvents,
+    SessionServices,
+    SessionTaskPorts,
+    network_name,
+)
 from supervisor.runtime.task.ports import TaskPorts
 from supervisor.runtime.task.runner import TaskRunner
 from supervisor.state.eventlog import EventLog
@@ -60,8 +65,18 @@ class Session:
         self._reserved = 0
         self._ended = False
         self._ending: asyncio.Task[None] | None = None
-        self._network: asyncio.Task[None] | None = None
-        self._pools: dict[str, WarmPool] = {}
+        self._task_ports = SessionTaskPorts(services, session_id, self.network_name)
+        self._pools = Pools(
+            PoolPorts(
+                backend=services.backend,
+                check_runtime=services.check_runtime,
+                check_image=services.check_image,
+                new_task_id=self.unique_task_id,
+                build_request=self.build_request,
+                busy=self.running_count,
+            ),
+            session_id,
+        )
         #: Digests of the API tokens minted for this session (the daemon persists them).
         self.token_digests: list[str] = []
         self.log = log.bind(session_id=session_id)
@@ -80,7 +95,7 @@ class Session:
 
     @property
     def network_name(self) -> str:
-        return f"sbx-{self.session_id}-{self._svc.instance_id[:8]}"
+        return network_name(self.session_id, self._svc.instance_id)
 
     def _runner(self, task_id: str) -> TaskRunner:
         try:
@@ -107,7 +122,7 @@ class Session:
     def owns(self, task_id: str) -> bool:
         """Whether a container labeled with ``task_id`` belongs to this session (a task, or a
         warm container waiting in a pool)."""
-        return task_id in self._runners or any(p.holds(task_id) for p in self._pools.values())
+        return task_id in self._runners or self._pools.holds(task_id)
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -143,7 +158,7 @@ class Session:
 
     async def _launch(self, spec: TaskSpec, policy: Policy, eff: Effective) -> TaskInfo:
         await self._svc.ensure_engine()
-        warm = self._pool(policy).take() if eligible(spec, policy) else None
+        warm = self._pools.take(spec, policy)
         task_id = warm.task_id if warm is not None else await self.unique_task_id()
         request = self.build_request(task_id, spec.command, eff, spec.kind)
         ident = self._identity(task_id, spec, eff)
@@ -152,10 +167,10 @@ class Session:
         # recognised on restart. A state volume that cannot take it refuses the task.
         try:
             await self._svc.check_state_space()
-            await self.persist_task("intent", runner.record("intent"))
+            await self._task_ports.persist("intent", runner.record("intent"))
         except BaseException:
             if warm is not None:
-                await self._pool(policy).discard(warm)
+                await self._pools.get(policy).discard(warm)
             raise
         self._runners[task_id] = runner
         self._spawn(runner.run(), task_id)
@@ -184,8 +199,8 @@ class Session:
             backend=svc.backend,
             io=svc.io,
             events=self._events,
-            records=self,
-            preflight=self,
+            records=self._task_ports,
+            preflight=self._task_ports,
             stalls=svc.stalls,
             find_container=svc.find_container,
             live_restore=svc.live_restore(),
@@ -213,21 +228,6 @@ class Session:
             aliases=[task_id] if network != "none" else None,
         )
 
-    def _pool(self, policy: Policy) -> WarmPool:
-        pool = self._pools.get(policy.name)
-        if pool is None:
-            svc = self._svc
-            ports = PoolPorts(
-                backend=svc.backend,
-                check_runtime=svc.check_runtime,
-                check_image=svc.check_image,
-                new_task_id=self.unique_task_id,
-                build_request=self.build_request,
-                busy=self.running_count,
-            )
-            pool = self._pools[policy.name] = WarmPool(ports, policy, self.session_id)
-        return pool
-
     async def prewarm(self, policy_name: str = "default") -> int:
         """Fill this session's warm pool for a policy now (its ``warm_pool`` size); returns
         how many containers are ready. Tasks then skip container create and start."""
@@ -238,7 +238,7 @@ class Session:
                 f"policy {policy_name!r} has warm_pool = 0; set warm_pool in its file to use a pool"
             )
         await self._svc.ensure_engine()
-        pool = self._pool(policy)
+        pool = self._pools.get(policy)
         pool.refill()
         await pool.wait_filled()
         return pool.size
@@ -281,32 +281,6 @@ class Session:
                 continue
             if not await self._svc.store.task_exists(task_id):
                 return task_id
-
-    # -- ports the tasks use (RecordPort, Preflight) ----------------------------------
-
-    async def persist(self, stage: Stage, record: TaskRecord) -> None:
-        await self.persist_task(stage, record)
-
-    async def persist_task(self, stage: Stage, record: TaskRecord) -> None:
-        await self._svc.store.put_task(
-            record.info.task_id, self.session_id, stage, record.model_dump_json()
-        )
-
-    async def check_runtime(self, runtime: str) -> None:
-        await self._svc.check_runtime(runtime)
-
-    async def check_image(self, policy: Policy) -> None:
-        await self._svc.check_image(policy)
-
-    async def prepare_network(self, policy: Policy) -> None:
-        if policy.network != "bridge":
-            return
-        if self._network is None:
-            labels = self._svc.labels(session_id=self.session_id)
-            self._network = asyncio.create_task(
-                self._svc.backend.ensure_network(self.network_name, labels)
-            )
-        await asyncio.shield(self._network)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -397,7 +371,7 @@ class Session:
         await asyncio.shield(self._ending)
 
     async def _end(self) -> None:
-        await asyncio.gather(*(p.aclose() for p in self._pools.values()))
+        await self._pools.aclose()
         stopping = [r for r in self._runners.values() if not r.ended]
         for runner in stopping:
             runner.request_stop("session_ended")
@@ -415,22 +389,12 @@ class Session:
                     "the engine did not answer while the session ended; the container is "
                     "removed once the engine is back"
                 )
-        await self._remove_network()
+        await self._task_ports.remove_network(self.log)
         self._log.emit(SessionEndedEvent(session_id=self.session_id, tasks_stopped=len(stopping)))
         await self._log.aclose()
         await self._store_end()
         self.log.info("session_ended", tasks_stopped=len(stopping))
         self._svc.on_ended(self.session_id)
-
-    async def _remove_network(self) -> None:
-        if self._network is None:
-            return
-        try:
-            await self._network
-            await self._svc.backend.remove_network(self.network_name)
-        except SupervisorError as exc:
-            # Labelled as ours: the reconciler removes it once the engine lets it.
-            self.log.warning("network_remove_failed", network=self.network_name, error=str(exc))
 
     async def _store_end(self) -> None:
         """Store that the session ended; a restart must not re-open it. Retried, and
@@ -453,7 +417,7 @@ class Session:
     async def release(self) -> None:
         """Supervisor shutdown without stopping tasks: let go of containers, keep records
         (idle pool containers are removed: they are not tasks)."""
-        await asyncio.gather(*(p.aclose() for p in self._pools.values()))
+        await self._pools.aclose()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

@@ -3,13 +3,18 @@ and its event log as the port its tasks emit to."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from structlog.stdlib import BoundLogger
+
+from supervisor.core.errors import SupervisorError
 from supervisor.core.events import BaseEvent, parse_event
 from supervisor.core.policy import Policy, PolicySet
+from supervisor.core.task_state import Stage, TaskRecord
 from supervisor.engine.base import Backend
 from supervisor.runtime.task.ports import StallPort
 from supervisor.state.eventlog import EventLog
@@ -62,3 +67,51 @@ class SessionEvents:
         await self._log.caught_up()
         rows = await self._store.task_events(self._session_id, task_id, tuple(types))
         return [parse_event(r) for r in rows]
+
+
+def network_name(session_id: str, instance_id: str) -> str:
+    """The session's own Docker network (tasks reach each other by task id on it)."""
+    return f"sbx-{session_id}-{instance_id[:8]}"
+
+
+class SessionTaskPorts:
+    """Where a session's tasks store their records (RecordPort) and what they check and
+    prepare before a container is created (Preflight): the session's network, once."""
+
+    def __init__(self, services: SessionServices, session_id: str, network: str) -> None:
+        self._svc = services
+        self._session_id = session_id
+        self._network_name = network
+        self._network: asyncio.Task[None] | None = None
+
+    async def persist(self, stage: Stage, record: TaskRecord) -> None:
+        await self._svc.store.put_task(
+            record.info.task_id, self._session_id, stage, record.model_dump_json()
+        )
+
+    async def check_runtime(self, runtime: str) -> None:
+        await self._svc.check_runtime(runtime)
+
+    async def check_image(self, policy: Policy) -> None:
+        await self._svc.check_image(policy)
+
+    async def prepare_network(self, policy: Policy) -> None:
+        if policy.network != "bridge":
+            return
+        if self._network is None:
+            labels = self._svc.labels(session_id=self._session_id)
+            self._network = asyncio.create_task(
+                self._svc.backend.ensure_network(self._network_name, labels)
+            )
+        await asyncio.shield(self._network)
+
+    async def remove_network(self, log: BoundLogger) -> None:
+        """At the session's end: remove its network if one was made."""
+        if self._network is None:
+            return
+        try:
+            await self._network
+            await self._svc.backend.remove_network(self._network_name)
+        except SupervisorError as exc:
+            # Labelled as ours: the reconciler removes it once the engine lets it.
+            log.warning("network_remove_failed", network=self._network_name, error=str(exc))

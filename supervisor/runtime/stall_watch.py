@@ -101,8 +101,8 @@ class StallWatcher:
                 log.exception("stall_round_failed")
             await asyncio.sleep(_TICK_S)
 
-    async def _round(self) -> None:
-        now = self._now()
+    def _due(self, now: float) -> list[_Watched]:
+        """The tasks whose detector wants a look now."""
         due: list[_Watched] = []
         for w in list(self._watched.values()):
             r = w.task
@@ -117,6 +117,10 @@ class StallWatcher:
                 continue
             if w.detector.due(now):
                 due.append(w)
+        return due
+
+    async def _round(self) -> None:
+        due = self._due(self._now())
         if not due:
             return
         pending = [w for w in due if w.mode == "pending"]
@@ -124,23 +128,26 @@ class StallWatcher:
             await asyncio.gather(*(self._resolve_mode(w) for w in pending))
         procs = [w for w in due if w.mode == "process_state" and w.init_pid]
         if procs:
-            pids = [w.init_pid for w in procs]
-            loop = asyncio.get_running_loop()
-            probes = await loop.run_in_executor(self._io, _probe_all, pids)
-            now = self._now()
-            for w, probe in zip(procs, probes, strict=True):
-                if not probe.ok:
-                    w.failures += 1
-                    if w.failures >= 3:
-                        log.info("stall_signal_fallback", task_id=w.task.task_id, why=probe.why)
-                        w.mode = "heuristic"
-                    continue
-                verdict = w.detector.observe_process(now, blocked_on_stdin=probe.blocked)
-                if verdict is not None:
-                    await self._report(w, verdict)
+            await self._process_state(procs)
         heuristic = [w for w in due if w.mode == "heuristic"]
         if heuristic:
             await asyncio.gather(*(self._heuristic(w) for w in heuristic))
+
+    async def _process_state(self, procs: list[_Watched]) -> None:
+        """One thread hop reads every task's process state; each detector judges its own."""
+        loop = asyncio.get_running_loop()
+        probes = await loop.run_in_executor(self._io, _probe_all, [w.init_pid for w in procs])
+        now = self._now()
+        for w, probe in zip(procs, probes, strict=True):
+            if not probe.ok:
+                w.failures += 1
+                if w.failures >= 3:
+                    log.info("stall_signal_fallback", task_id=w.task.task_id, why=probe.why)
+                    w.mode = "heuristic"
+                continue
+            verdict = w.detector.observe_process(now, blocked_on_stdin=probe.blocked)
+            if verdict is not None:
+                await self._report(w, verdict)
 
     async def _resolve_mode(self, w: _Watched) -> None:
         cid = w.task.container_id

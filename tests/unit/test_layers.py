@@ -198,3 +198,24 @@ def test_the_checker_catches_the_facade_imported_from_below(toy: Path) -> None:
     _write(toy, {"pkg/core/a.py": "from pkg import something\n"})
     problems = check_layers(toy, "pkg")
     assert problems == ["upward import: pkg/core/a.py:1 (pkg.core.a) imports pkg"]
+
+
+#: Size limits that keep units small enough to read in one sitting.
+MAX_MODULE_LINES = 500
+MAX_CLASS_LINES = 400
+
+
+def test_no_module_or_class_is_too_large() -> None:
+    too_big: list[str] = []
+    for path in sorted((REPO / "supervisor").rglob("*.py")):
+        text = path.read_text()
+        rel = path.relative_to(REPO)
+        lines = text.count("\n")
+        if lines > MAX_MODULE_LINES:
+            too_big.append(f"{rel}: {lines} lines (max {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                if size > MAX_CLASS_LINES:
+                    too_big.append(f"{rel}: class {node.name} is {size} lines")
+    assert too_big == []

@@ -25,17 +25,22 @@ def translate_error(exc: BaseException, what: str) -> SupervisorError:
     if isinstance(exc, docker.errors.ImageNotFound):
         return ImageMissing(f"{what}: image not found: {exc.explanation or exc}")
     if isinstance(exc, docker.errors.APIError):
-        text = str(exc.explanation or exc)
-        if "unknown or invalid runtime" in text or ("runtime" in text and "not" in text):
-            return RuntimeUnavailable(f"{what}: {text}")
-        if exc.status_code == 404 and "No such image" in text:
-            return ImageMissing(f"{what}: {text}")
-        return EngineError(f"{what}: {text}")
+        return _api_error(exc, what)
     if isinstance(exc, (requests.exceptions.ConnectionError, ConnectionError, OSError)):
         return EngineUnavailable(f"{what}: the Docker engine does not answer ({exc})")
     if isinstance(exc, docker.errors.DockerException):
         return EngineUnavailable(f"{what}: {exc}")
     return EngineError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _api_error(exc: docker.errors.APIError, what: str) -> SupervisorError:
+    """The engine answered with an error status: which of ours it is, by its text."""
+    text = str(exc.explanation or exc)
+    if "unknown or invalid runtime" in text or ("runtime" in text and "not" in text):
+        return RuntimeUnavailable(f"{what}: {text}")
+    if exc.status_code == 404 and "No such image" in text:
+        return ImageMissing(f"{what}: {text}")
+    return EngineError(f"{what}: {text}")
 
 
 def state_from_inspect(data: dict[str, Any]) -> ContainerState:
