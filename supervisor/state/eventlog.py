@@ -8,7 +8,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
-from supervisor.core.errors import StateStorageError
+from supervisor.core.errors import SessionEnded, StateStorageError
 from supervisor.core.events import BaseEvent, EventsGap, parse_event
 from supervisor.core.logs import get_logger
 from supervisor.state.sinks import Sink, SinkRunner
@@ -89,7 +89,7 @@ class EventLog:
     def emit(self, event: BaseEvent) -> BaseEvent:
         """Assign seq and timestamp, queue for storage and delivery; returns the logged event."""
         if self._closed:
-            raise RuntimeError(f"event log of session {self.session_id} is closed")
+            raise SessionEnded(f"event log of session {self.session_id} is closed")
         logged = event.model_copy(update={"seq": self._next_seq, "ts": time.time()})
         self._next_seq += 1
         self._pending.append(logged)
@@ -165,7 +165,9 @@ class EventLog:
             flusher = self._flusher
             if flusher is None or flusher.done():
                 if flusher is not None and not flusher.cancelled() and flusher.exception():
-                    raise RuntimeError("the event log's flusher failed") from flusher.exception()
+                    raise StateStorageError(
+                        "the event log's flusher failed"
+                    ) from flusher.exception()
                 return
             changed = asyncio.ensure_future(self._changed.wait())
             try:

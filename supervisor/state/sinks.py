@@ -211,13 +211,24 @@ class SinkRunner:
             if not self._task.done():
                 self._task.cancel()
                 await asyncio.wait([self._task])
-        with contextlib.suppress(Exception):
-            await self.sink.aclose()
+        await self._close_sink()
 
     async def detach(self) -> None:
         """Stop delivering now (the sink is being removed), then close it."""
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.wait([self._task])
-        with contextlib.suppress(Exception):
+        await self._close_sink()
+
+    async def _close_sink(self) -> None:
+        # A sink is user code: its failure to close must not stop the session's end, but it
+        # is reported like a failed delivery.
+        try:
             await self.sink.aclose()
+        except Exception as exc:  # noqa: BLE001 - any sink error is logged, never raised
+            log.warning(
+                "sink_close_failed",
+                sink=type(self.sink).__name__,
+                session_id=self.session_id,
+                error=repr(exc),
+            )

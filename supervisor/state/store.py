@@ -61,7 +61,9 @@ class StateStore:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._pool, fn, *args)
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
+            # OperationalError (full disk, locked) and DatabaseError (a corrupt file) alike:
+            # callers handle StateStorageError; anything else would end a task as "lost".
             raise StateStorageError(f"state store {self.path}: {exc}") from exc
 
     def _c(self) -> sqlite3.Connection:

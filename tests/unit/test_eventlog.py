@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.core.errors import StateStorageError
+from supervisor.core.errors import SessionEnded, StateStorageError
 from supervisor.core.events import BaseEvent, EventsGap, TaskOutput, parse_event
 from supervisor.state.eventlog import EventLog
 from supervisor.state.sinks import MemorySink
@@ -130,7 +130,7 @@ async def test_caught_up_is_not_extended_by_later_events(store: StateStore) -> N
 async def test_emit_after_close_is_an_error(store: StateStore) -> None:
     log = await new_log(store)
     await log.aclose()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(SessionEnded, match="closed"):
         log.emit(out(0))
     assert log.closed
 
