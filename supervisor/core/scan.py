@@ -320,7 +320,10 @@ class LineScanner:
     def _search_buffered(self, start: int, end: int, size: int) -> PatternMatch | None:
         lo = max(0, start - _MARGIN)
         hi = min(size, end + _MARGIN)
-        text = _clean(self._buf[lo - self._base : hi - self._base])
+        # One copy through a view (slicing the bytearray would copy twice); the view must
+        # be released before the buffer is resized again.
+        with memoryview(self._buf) as view:
+            text = _clean(view[lo - self._base : hi - self._base])
         if self.pattern._search(text, start - lo, end - lo) < 0:
             return None
         return self._found(self._buf[start - self._base : end - self._base], self._line + start)
