@@ -12,7 +12,7 @@ window: a match up to half a window long is found anywhere in the line; the repo
 ``line`` is then the window that matched and ``offset`` where that window starts.
 
 Syntax: RE2's, which is Python's for everyday patterns (``^ready$``, ``\\d+``, ``(?i)error``,
-classes, groups, ``(?P<name>...)``, ``{n,m}``). Refused with a ``SpecError``: backreferences,
+classes, groups, ``(?P<name>...)``, ``{n,m}``, ``{,n}``). Refused with a ``SpecError``: backreferences,
 lookahead/lookbehind, atomic groups, possessive quantifiers, conditionals, comments and the
 ``(?x)``/``(?a)``/``(?u)``/``(?L)`` flags; ``\\C``; counted repetition beyond 1000. Unlike
 Python's bytes patterns, ``.`` and classes match whole characters (``[é]`` is one
@@ -44,6 +44,7 @@ _MARGIN = 4
 #: Flag groups that switch multi-line mode off: harmless on one line, but the chunk search
 #: relies on ``(?m)``, so the ``m`` is dropped from them.
 _FLAGS_OFF_M = re.compile(r"\(\?([imsU]*)-([imsU]*)([:)])")
+_UP_TO = re.compile(r"\{,(\d+)\}")
 
 
 class _Compiled(Protocol):
@@ -189,6 +190,10 @@ def _rewrite(pattern: str) -> str:
         elif c == "[":
             in_class = True
             class_body = i + (2 if pattern.startswith("^", i + 1) else 1)
+        elif c == "{" and (upto := _UP_TO.match(pattern, i)) is not None:
+            out.append("{0," + upto.group(1) + "}")  # Python's {,n}; RE2 reads it literally
+            i = upto.end()
+            continue
         elif c == "(":
             group = _FLAGS_OFF_M.match(pattern, i)
             if group is not None and "m" in group.group(2):
