@@ -12,12 +12,12 @@ window: a match up to half a window long is found anywhere in the line; the repo
 ``line`` is then the window that matched and ``offset`` where that window starts.
 
 Syntax: RE2's, which is Python's for everyday patterns (``^ready$``, ``\\d+``, ``(?i)error``,
-classes, groups, ``(?P<name>...)``, ``{n,m}``, ``{,n}``). Refused with a ``SpecError``: backreferences,
-lookahead/lookbehind, atomic groups, possessive quantifiers, conditionals, comments and the
-``(?x)``/``(?a)``/``(?u)``/``(?L)`` flags; ``\\C``; counted repetition beyond 1000. Unlike
-Python's bytes patterns, ``.`` and classes match whole characters (``[é]`` is one
-character) and ``(?i)`` folds non-ASCII letters too; ``\\d``, ``\\w``, ``\\s``, ``\\b`` stay
-ASCII, as in Python's bytes patterns.
+classes, groups, ``(?P<name>...)``, ``{n,m}``, ``{,n}``). Refused with a ``SpecError``:
+backreferences, lookahead/lookbehind, atomic groups, possessive quantifiers, conditionals,
+comments and the ``(?x)``/``(?a)``/``(?u)``/``(?L)`` flags; ``\\C``; counted repetition beyond
+1000. Unlike Python's bytes patterns, ``.`` and classes match whole characters (``[é]`` is
+one character) and ``(?i)`` folds non-ASCII letters too; ``\\d``, ``\\w``, ``\\s``, ``\\b``
+stay ASCII, as in Python's bytes patterns.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ DEFAULT_WINDOW = 1 << 20
 #: UTF-8 is self-synchronising within 3 bytes: 4 bytes of context on each side of a window
 #: make its bytes (and the neighbours assertions look at) read as they do in the whole line.
 _MARGIN = 4
+#: Largest piece of a feed handled in one go (see ``LineScanner.feed``).
+_SLICE = 1 << 20
 #: Flag groups that switch multi-line mode off: harmless on one line, but the chunk search
 #: relies on ``(?m)``, so the ``m`` is dropped from them.
 _FLAGS_OFF_M = re.compile(r"\(\?([imsU]*)-([imsU]*)([:)])")
@@ -268,6 +270,17 @@ class LineScanner:
         self._pos += len(data)
         if self.match is not None:
             return self.match
+        if len(data) <= _SLICE:
+            return self._feed(data, offset)
+        # Slices bound how long one C call (UTF-8 checks, copies) holds the GIL, so the
+        # event loop keeps turning while a worker thread scans; the result is the same.
+        for start in range(0, len(data), _SLICE):
+            found = self._feed(data[start : start + _SLICE], offset + start)
+            if found is not None:
+                return found
+        return None
+
+    def _feed(self, data: bytes, offset: int) -> PatternMatch | None:
         first = data.find(b"\n")
         if first < 0:
             return self._extend(data, ends=False)
