@@ -269,6 +269,7 @@ class PatternMatch(_Frozen):
     """The first output line matching a ``wait_for`` pattern."""
 
     line: str
-    """The matching line (decoded, without its newline)."""
+    """The matching line (decoded, without its newline). A line longer than the scan window
+    (1 MiB) is searched in windows, and then this is the window that matched."""
     offset: int
-    """Byte offset of the line's start in the output file."""
+    """Byte offset in the output file where ``line`` starts."""
