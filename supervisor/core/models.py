@@ -5,13 +5,30 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 #: Hard ceiling on any task's timeout, whatever the policy says (1 hour).
 MAX_TIMEOUT_MS = 3_600_000
-#: Largest command string we accept (argv for ``sh -c``); the kernel allows more,
-#: but nothing an agent legitimately types is this long and the engine API chokes first.
-MAX_COMMAND_BYTES = 128 * 1024
+#: Linux refuses any single argv (or environment) string longer than MAX_ARG_STRLEN,
+#: 32 pages, counting its NUL: execve fails with E2BIG, "argument list too long".
+#: 4 KiB is the smallest page size of the platforms we run on (x86-64, arm64).
+PAGE_SIZE = 4096
+MAX_ARG_STRLEN = 32 * PAGE_SIZE
+#: The command runs as ``/bin/sh -c MERGE_PREFIX + COMMAND`` with stderr folded into stdout
+#: *inside* the container, so the output file keeps the exact order the command wrote in
+#: (two engine-side pipes would let stdout and stderr overtake each other).
+MERGE_PREFIX = "exec 2>&1; "
+#: Largest command, in UTF-8 bytes: what fits in that one argv string beside the prefix and
+#: the NUL, less the newline a warm-pool container's shell adds after the command's last
+#: line before it execs the same ``sh -c`` (one limit for cold and pooled tasks).
+MAX_COMMAND_BYTES = MAX_ARG_STRLEN - len(MERGE_PREFIX.encode()) - len(b"\n") - len(b"\0")
 #: Largest total size of task environment variables.
 MAX_ENV_BYTES = 64 * 1024
 
@@ -31,6 +48,15 @@ TaskStatus = Literal["starting", "running", "stopping", "completed", "failed", "
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "killed"})
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _utf8(field: str, value: str) -> bytes:
+    """``value`` as UTF-8; a lone surrogate (JSON allows ``"\\ud800"``) cannot be sent to
+    the engine nor written back as JSON, so it is refused here, by field name."""
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{field}: contains a lone surrogate (not valid UTF-8)") from None
 
 
 class _Frozen(BaseModel):
@@ -93,10 +119,25 @@ class TaskSpec(_Frozen):
     def _command_size(cls, value: str) -> str:
         if "\x00" in value:
             raise ValueError("command must not contain NUL bytes")
-        if len(value.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
-            raise ValueError(f"command is longer than {MAX_COMMAND_BYTES} bytes")
+        size = len(_utf8("command", value))
+        if size > MAX_COMMAND_BYTES:
+            raise ValueError(
+                f"command is longer than {MAX_COMMAND_BYTES} bytes (got {size}; Linux takes "
+                f"at most {MAX_ARG_STRLEN} bytes in one argument, and the command runs as "
+                f"sh -c {MERGE_PREFIX.strip()!r} + command; pass long scripts as a file in "
+                "the workspace or on stdin)"
+            )
         if not value.strip():
             raise ValueError("command must not be blank")
+        return value
+
+    @field_validator("command", "description", mode="before")
+    @classmethod
+    def _text(cls, value: object, info: ValidationInfo) -> object:
+        # Before pydantic's own check, whose message ("unable to parse raw data as a unicode
+        # string") does not say what is wrong.
+        if isinstance(value, str):
+            _utf8(info.field_name or "text", value)
         return value
 
     @field_validator("env")
@@ -110,7 +151,7 @@ class TaskSpec(_Frozen):
                 )
             if "\x00" in val:
                 raise ValueError(f"env {name} must not contain NUL bytes")
-            total += len(name) + len(val.encode("utf-8", "surrogatepass")) + 2
+            total += len(name) + len(_utf8(f"env.{name}", val)) + 2
         if total > MAX_ENV_BYTES:
             raise ValueError(f"env is larger than {MAX_ENV_BYTES} bytes in total")
         return value
@@ -228,6 +269,7 @@ class PatternMatch(_Frozen):
     """The first output line matching a ``wait_for`` pattern."""
 
     line: str
-    """The matching line (decoded, without its newline)."""
+    """The matching line (decoded, without its newline). A line longer than the scan window
+    (1 MiB) is searched in windows, and then this is the window that matched."""
     offset: int
-    """Byte offset of the line's start in the output file."""
+    """Byte offset in the output file where ``line`` starts."""

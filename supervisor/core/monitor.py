@@ -6,7 +6,11 @@
   as a line for ordinals, so the split is deterministic and ordinals strictly increase);
 - lines are throttled: the first line after a quiet window goes out at once, later lines
   within ``batch_window_ms`` share one event;
-- a token bucket turns floods into ``task.output_suppressed`` events (never silent drops).
+- token buckets (lines and bytes) turn floods into ``task.output_suppressed`` events (never
+  silent drops), coalesced: once a line is over budget, it and every later line are
+  suppressed until the notice goes out, and during a flood at most one event of either kind
+  goes out per window (at least 50 ms): the lines that passed, then the notice, in turn.
+  A ``yes`` flood costs one small event per window, not one per read.
 """
 
 from __future__ import annotations
@@ -62,12 +66,19 @@ class LineChunker:
         self._batch_bytes = 0
         self._batch_started: float | None = None
         self._batch_ordinal = 0
+        #: Whether the batch's last line ended with a newline / is a cut piece.
+        self._batch_eol = True
+        self._batch_cut = False
         self._last_emit = float("-inf")
         self._bucket = TokenBucket(cfg.lines_per_s, cfg.burst_lines)
         self._bytes = TokenBucket(cfg.bytes_per_s, cfg.burst_bytes)
         self._bucket_started = False
+        #: From the first suppressed line until a chunk goes out with no suppression pending:
+        #: one event per window, and no chunk is sent early for being full.
+        self._flood = False
         self._suppressed = 0
         self._suppressed_first = 0
+        self._suppressed_at = 0.0
         self._fed = 0
         self._floor = 0
         #: Stream offset just after the last counted line (or piece).
@@ -100,8 +111,13 @@ class LineChunker:
             self._bucket_started = True
         self._fed += len(data)
         out: list[BaseEvent] = []
+        if self._suppressed:
+            # A notice overdue (nobody ticked) goes out first, so new lines may pass again.
+            self._emit_due(now, out)
         start = 0
         while True:
+            if self._suppressed and not self._partial:
+                start = self._suppress_bulk(data, start)
             nl = data.find(b"\n", start)
             if nl < 0:
                 self._partial += data[start:]
@@ -120,8 +136,7 @@ class LineChunker:
             piece = bytes(self._partial[:cut])
             del self._partial[:cut]
             self._line(piece, False, now, out)
-        if self._batch and self._batch_started is not None and now - self._last_emit >= self.window:
-            out.extend(self._emit_batch(now))
+        self._emit_due(now, out)
         return out
 
     def _line(self, line: bytes, eol: bool, now: float, out: list[BaseEvent]) -> None:
@@ -136,17 +151,21 @@ class LineChunker:
     def _one(self, segment: bytes, eol: bool, now: float, out: list[BaseEvent]) -> None:
         self.ordinal += 1
         self._counted += len(segment) + (1 if eol else 0)
-        if not self._within_budget(len(segment), now):
-            if self._suppressed == 0:
-                out.extend(self._emit_batch(now))  # keep order: lines before the gap first
+        size = len(segment) + 1
+        full = bool(self._batch) and (
+            self._batch_cut or self._batch_bytes + size > self.cfg.max_chunk_bytes
+        )
+        # Once suppressing, keep suppressing until the notice is out: letting a line through
+        # would need a notice now and a chunk now (the leak of issue 14: two events per read).
+        if self._suppressed or (self._flood and full) or not self._within_budget(size - 1, now):
+            if not self._suppressed:
                 self._suppressed_first = self.ordinal
+                self._suppressed_at = now
+                self._flood = True
             self._suppressed += 1
             self._suppressed_end = self._counted
             return
-        if self._suppressed:
-            self._append(out, self._suppression())
-        size = len(segment) + 1
-        if self._batch and self._batch_bytes + size > self.cfg.max_chunk_bytes:
+        if full:
             out.extend(self._emit_batch(now))
         if not self._batch:
             self._batch_started = now
@@ -154,9 +173,27 @@ class LineChunker:
         self._batch_bytes += size
         self._batch_ordinal = self.ordinal
         self._batch_end = self._counted
-        if not eol:
+        self._batch_eol = eol
+        self._batch_cut = not eol
+        if not eol and not self._flood:
             # A cut piece ends its chunk; the next chunk continues the line.
-            out.extend(self._emit_batch(now, eol=False, cut=True))
+            out.extend(self._emit_batch(now))
+
+    def _suppress_bulk(self, data: bytes, start: int) -> int:
+        """Count the complete lines of ``data[start:]`` as suppressed without a Python step per
+        line (a flood is millions of lines); stop before a line that must be cut in pieces."""
+        last = data.rfind(b"\n", start)
+        if last < 0:
+            return start
+        end = _first_long_line(data, start, last + 1, self.piece)
+        if end == start:
+            return start
+        lines = data.count(b"\n", start, end)
+        self.ordinal += lines
+        self._counted += end - start
+        self._suppressed += lines
+        self._suppressed_end = self._counted
+        return end
 
     def _within_budget(self, size: int, now: float) -> bool:
         """One line token and ``size`` byte tokens, or neither."""
@@ -169,7 +206,7 @@ class LineChunker:
 
     # -- emitting ------------------------------------------------------------------
 
-    def _emit_batch(self, now: float, *, eol: bool = True, cut: bool = False) -> list[BaseEvent]:
+    def _emit_batch(self, now: float) -> list[BaseEvent]:
         if not self._batch:
             return []
         first = self._batch_ordinal - len(self._batch) + 1
@@ -188,13 +225,15 @@ class LineChunker:
             text=text,
             ordinal=self._batch_ordinal,
             lines=len(self._batch),
-            eol=eol,
-            cut=cut,
+            eol=self._batch_eol,
+            cut=self._batch_cut,
         )
         self._batch = []
         self._batch_bytes = 0
         self._batch_started = None
         self._last_emit = now
+        if not self._suppressed:
+            self._flood = False  # these lines all passed: the flood, if any, is over
         return [ev]
 
     def _suppression(self) -> TaskOutputSuppressed | None:
@@ -220,24 +259,34 @@ class LineChunker:
         if event is not None:
             out.append(event)
 
+    def _gap(self) -> float:
+        """Least time between two events: the window, and at least 50 ms during a flood."""
+        return max(self.window, 0.05) if self._flood else self.window
+
     def next_flush_at(self) -> float | None:
         """When ``tick`` should next be called (loop time), or None."""
         if self._batch_started is not None:
-            return max(self._batch_started, self._last_emit + self.window)
+            return max(self._batch_started, self._last_emit + self._gap())
         if self._suppressed:
-            return self._last_emit + max(self.window, 0.05)
+            return max(self._suppressed_at, self._last_emit + max(self._gap(), 0.05))
         return None
+
+    def _emit_due(self, now: float, out: list[BaseEvent]) -> None:
+        """Emit what is due by ``now``, one event per due time: the held chunk first (its
+        lines come before the suppressed ones), then the notice."""
+        while (due := self.next_flush_at()) is not None and now + 1e-9 >= due:
+            # A late caller gets the events stamped with the times they were due, so
+            # catching up never shifts the schedule of the events that follow.
+            if self._batch:
+                out.extend(self._emit_batch(due))
+            else:
+                self._append(out, self._suppression())
+                self._last_emit = due
 
     def tick(self, now: float) -> list[BaseEvent]:
         """Emit a batch whose window has passed, and any pending suppression summary."""
         out: list[BaseEvent] = []
-        due = self.next_flush_at()
-        if due is not None and now + 1e-9 >= due:
-            if self._batch:
-                out.extend(self._emit_batch(now))
-            elif self._suppressed:
-                self._append(out, self._suppression())
-                self._last_emit = now
+        self._emit_due(now, out)
         return out
 
     def flush_all(self) -> list[BaseEvent]:
@@ -254,13 +303,28 @@ class LineChunker:
             self._partial.clear()
             self.ordinal += 1
             self._counted += len(line)
-            if self._batch and self._batch_bytes + len(line) + 1 > self.cfg.max_chunk_bytes:
+            if self._batch and (
+                self._batch_cut or self._batch_bytes + len(line) + 1 > self.cfg.max_chunk_bytes
+            ):
                 out.extend(self._emit_batch(now))
+            if not self._batch:
+                self._batch_started = now
             self._batch.append(line)
             self._batch_bytes += len(line) + 1
             self._batch_ordinal = self.ordinal
             self._batch_end = self._counted
-            out.extend(self._emit_batch(now, eol=False))
-        else:
-            out.extend(self._emit_batch(now))
+            self._batch_eol = self._batch_cut = False
+        out.extend(self._emit_batch(now))
         return out
+
+
+def _first_long_line(data: bytes, start: int, end: int, limit: int) -> int:
+    """Start of the first line in ``data[start:end]`` (whole lines) longer than ``limit``
+    bytes, or ``end``. Steps a window at a time with ``rfind``, not a line at a time."""
+    pos = start
+    while end - pos > limit:
+        nl = data.rfind(b"\n", pos, pos + limit + 1)
+        if nl < 0:
+            return pos
+        pos = nl + 1
+    return end

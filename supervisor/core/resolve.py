@@ -9,14 +9,14 @@ from pathlib import Path
 
 from supervisor.core.container import ContainerRequest, Mount, Ulimit
 from supervisor.core.errors import PolicyError, SpecError
-from supervisor.core.models import StdinMode, TaskSpec
+from supervisor.core.models import MERGE_PREFIX, StdinMode, TaskSpec
 from supervisor.core.policy import Limits, Policy
 
+# MERGE_PREFIX moved to models (the command length limit is computed from it); the warm
+# pool still imports it from here.
+__all__ = ["MERGE_PREFIX", "MIB", "Effective", "container_request", "resolve", "workspace_mount"]
+
 MIB = 1024 * 1024
-#: The command runs as ``/bin/sh -c`` with stderr folded into stdout *inside* the container,
-#: so the output file keeps the exact order the command wrote in (two engine-side pipes
-#: would let stdout and stderr overtake each other).
-MERGE_PREFIX = "exec 2>&1; "
 #: Host paths a workspace may neither be, lie under, nor contain: the engine's API socket,
 #: its exec root (which holds the socket of the containerd it manages), containerd's own
 #: socket folder, and the data roots (every container's files). Compared after realpath;

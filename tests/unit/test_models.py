@@ -8,9 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from supervisor.core.models import (
+    MAX_ARG_STRLEN,
     MAX_COMMAND_BYTES,
     MAX_ENV_BYTES,
     MAX_TIMEOUT_MS,
+    MERGE_PREFIX,
     OutputSlice,
     TaskInfo,
     TaskLimits,
@@ -83,6 +85,33 @@ def test_bad_commands(command: str, why: str) -> None:
 
 def test_longest_command_is_accepted() -> None:
     assert len(TaskSpec(command="x" * MAX_COMMAND_BYTES).command) == MAX_COMMAND_BYTES
+
+
+def test_the_command_limit_is_what_one_argv_string_holds() -> None:
+    """Issue 14, defect 7: commands of 131,061-131,072 bytes were accepted, then failed with
+    'argument list too long'. ``sh -c`` gets MERGE_PREFIX + command (+ a newline from the
+    warm pool's shell) as one argument, NUL included, and Linux caps that at 32 pages."""
+    assert MAX_ARG_STRLEN == 131_072
+    assert len(MERGE_PREFIX) + MAX_COMMAND_BYTES + len("\n") + len("\0") == MAX_ARG_STRLEN
+    assert MAX_COMMAND_BYTES < 131_061
+    message = rejected(command="x" * 131_061)
+    assert f"command is longer than {MAX_COMMAND_BYTES} bytes (got 131061" in message
+    assert f"at most {MAX_ARG_STRLEN} bytes in one argument" in message
+
+
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [
+        ({"command": "echo \ud800"}, "command"),
+        ({"command": "ls", "description": "dev \udfff server"}, "description"),
+        ({"command": "ls", "env": {"FOO": "a\ud800b"}}, "env.FOO"),
+    ],
+)
+def test_lone_surrogates_are_refused_by_field(fields: dict[str, Any], name: str) -> None:
+    """Issue 14, defect 8: an env value of "\\ud800" passed validation, then broke JSON
+    serialization with an internal error that named no field."""
+    message = rejected(**fields)
+    assert f"{name}: contains a lone surrogate (not valid UTF-8)" in message
 
 
 @pytest.mark.parametrize("name", ["1ABC", "A-B", "A B", "A=B", "", "É"])

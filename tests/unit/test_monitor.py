@@ -415,3 +415,108 @@ def test_a_few_huge_lines_are_a_flood_too() -> None:
     suppressed = [e for e in events if isinstance(e, TaskOutputSuppressed)]
     assert suppressed
     assert suppressed[-1].last_ordinal == ch.ordinal
+
+
+# -- floods -----------------------------------------------------------------------------
+
+
+def contiguous(events: list[BaseEvent]) -> int:
+    """``coverage`` without the list of millions: ranges follow each other; the last ordinal."""
+    last = 0
+    for ev in events:
+        if isinstance(ev, TaskOutput):
+            first, last_here = ev.ordinal - ev.lines + 1, ev.ordinal
+        elif isinstance(ev, TaskOutputSuppressed):
+            first, last_here = ev.first_ordinal, ev.last_ordinal
+        else:
+            continue
+        assert first == last + 1
+        last = last_here
+    return last
+
+
+def drive(
+    ch: LineChunker, feeds: list[tuple[float, bytes]], end: float
+) -> list[tuple[float, BaseEvent]]:
+    """Like the runner: a timer calls ``tick`` at every ``next_flush_at``, reads call ``feed``;
+    each event with the (fake) time it went out. ``flush_all`` events are stamped ``inf``."""
+    out: list[tuple[float, BaseEvent]] = []
+    for now, data in [*feeds, (end, b"")]:
+        while (due := ch.next_flush_at()) is not None and due <= now:
+            out += [(due, e) for e in ch.tick(due)]
+        out += [(now, e) for e in ch.feed(data, now)]
+    out += [(float("inf"), e) for e in ch.flush_all()]
+    return out
+
+
+def test_a_yes_flood_costs_one_small_event_per_window() -> None:
+    """Issue 14, defect 9: a ``yes`` monitor gave 980 task.output events alternating with 979
+    task.output_suppressed, 1-8 ms apart (4.6 MB of notifications in 20 s): every read let
+    one refilled token through, which closed the notice and opened a one-line chunk."""
+    cfg = Monitor()  # the default policy's settings: 200 ms window, 200 lines/s
+    ch = LineChunker(cfg, "s1", "bg-00000001")
+    feeds = []
+    now = 0.0
+    for i in itertools.count():
+        now += (1 + i % 8) / 1000  # reads 1-8 ms apart, as seen
+        if now >= 20.0:
+            break
+        feeds.append((now, b"y\n" * 512))
+    timed = drive(ch, feeds, 20.0)
+    events = [e for _, e in timed]
+    lines = sum(len(d) for _, d in feeds) // 2
+    assert contiguous(events) == lines  # every line: sent or counted
+    windows = 20.0 / cfg.batch_window_ms * 1000
+    assert len(events) <= windows + 3  # one per window (and the final flush)
+    notices = [t for t, e in timed if isinstance(e, TaskOutputSuppressed)]
+    assert len(notices) <= windows / 2 + 2
+    live = [t for t, _ in timed if t != float("inf")]
+    gaps = [b - a for a, b in itertools.pairwise(live)]
+    assert min(gaps) >= cfg.batch_window_ms / 1000 - 1e-9
+    assert sum(len(e.model_dump_json()) for e in events) < 64 * 1024
+    # still a useful sample: some lines of output in every second of the flood
+    seconds = {int(t) for t, e in timed if isinstance(e, TaskOutput) and t < 20}
+    assert seconds == set(range(20))
+
+
+def test_a_flood_with_zero_window_is_paced_at_50_ms() -> None:
+    cfg = Monitor(batch_window_ms=0, lines_per_s=100, burst_lines=10)
+    ch = chunker(cfg)
+    feeds = [(i / 1000, b"line\n" * 20) for i in range(1, 2000)]
+    timed = drive(ch, feeds, 2.0)
+    live = [t for t, _ in timed if t != float("inf")]
+    assert min(b - a for a, b in itertools.pairwise(live)) >= 0.05 - 1e-9
+    assert len(live) <= 2.0 / 0.05 + 2
+    assert coverage([e for _, e in timed]) == list(range(1, 1999 * 20 + 1))
+
+
+def test_the_flood_ends_when_a_window_passes_without_suppression() -> None:
+    cfg = Monitor(batch_window_ms=100, max_chunk_bytes=MAX_CHUNK, lines_per_s=10, burst_lines=5)
+    ch = chunker(cfg)
+    timed = drive(ch, [(0.0, b"x\n" * 50)], 0.5)
+    assert [type(e).__name__ for _, e in timed] == ["TaskOutput", "TaskOutputSuppressed"]
+    # a quiet second later a line goes out at once again, and a full chunk is not held back
+    out = ch.feed(b"a\n", 2.0)
+    assert [(e.text, e.ordinal) for e in outputs(out)] == [("a", 51)]
+    ch2 = chunker(Monitor(batch_window_ms=10_000, max_chunk_bytes=MAX_CHUNK))
+    assert [e.lines for e in outputs(ch2.feed((b"y" * 300 + b"\n") * 4, 0.0))] == [3]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=flood(), rate=st.sampled_from([1.0, 5.0, 50.0]), burst=st.integers(1, 6))
+def test_suppression_notices_and_their_neighbours_are_a_window_apart(
+    case: tuple[bytes, list[tuple[bytes, float]]], rate: float, burst: int
+) -> None:
+    data, pieces = case
+    cfg = Monitor(
+        batch_window_ms=100, max_chunk_bytes=MAX_CHUNK, lines_per_s=rate, burst_lines=burst
+    )
+    ch = chunker(cfg)
+    timed = drive(ch, [(now, chunk) for chunk, now in pieces], pieces[-1][1] + 1.0)
+    events = [e for _, e in timed]
+    assert coverage(events) == list(range(1, len(reference_segments(data)) + 1))
+    check_chunks_against_reference(events, reference_segments(data))
+    live = [(t, e) for t, e in timed if t != float("inf")]
+    for (t1, e1), (t2, e2) in itertools.pairwise(live):
+        if isinstance(e1, TaskOutputSuppressed) or isinstance(e2, TaskOutputSuppressed):
+            assert t2 - t1 >= 0.1 - 1e-9
