@@ -14,6 +14,7 @@ from supervisor.tooling.images import (
     AptSource,
     BuildProgress,
     DebootstrapProgress,
+    catalogue,
     dockerfile_base,
     dockerfile_instructions,
     hash_sources,
@@ -80,7 +81,8 @@ def test_hash_ignores_the_build_folder(image: Path) -> None:
 def test_hash_covers_name_and_builder_version(image: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = hash_sources(image, "img")
     assert hash_sources(image, "other") != before
-    monkeypatch.setattr(images, "BUILDER_VERSION", images.BUILDER_VERSION + "-next")
+    # hash_sources reads the version where it is defined, not the package's re-export.
+    monkeypatch.setattr(catalogue, "BUILDER_VERSION", images.BUILDER_VERSION + "-next")
     assert hash_sources(image, "img") != before
 
 
@@ -229,6 +231,20 @@ def test_debian_package_list_is_shared_by_both_build_paths() -> None:
     steps = dockerfile_instructions((debian / "Dockerfile").read_text())
     assert ("COPY", "packages.txt /tmp/sbx-packages.txt") in steps
     assert dockerfile_base(debian / "Dockerfile") == "debian:bookworm-slim"
+
+
+def test_catalogue_names_the_shipped_folders_in_build_order() -> None:
+    assert images.IMAGES == ("minimal", "debian")
+    assert [s.name for s in images.CATALOGUE] == list(images.IMAGES)
+    shipped = {p.name for p in REPO_IMAGES.iterdir() if p.is_dir()}
+    assert shipped == set(images.IMAGES)
+
+
+def test_images_dir_is_the_checkouts_sandbox_images(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SBX_IMAGES_DIR", raising=False)
+    assert images.images_dir() == REPO_IMAGES
+    monkeypatch.setenv("SBX_IMAGES_DIR", "/elsewhere")
+    assert images.images_dir() == Path("/elsewhere")
 
 
 def test_minimal_dockerfile_installs_busybox_from_the_build_folder() -> None:
