@@ -21,6 +21,7 @@ from supervisor.tooling.images.catalogue import (
     REPOSITORY_PREFIX,
     ImageBuildError,
     ImageSpec,
+    Installer,
     hash_sources,
     image_dir,
     images_dir,
@@ -47,6 +48,7 @@ from supervisor.tooling.images.mirror import (
 )
 from supervisor.tooling.images.models import BuildResult, ImageStatus
 from supervisor.tooling.images.progress import (
+    AptProgress,
     BuildProgress,
     DebootstrapProgress,
     Progress,
@@ -62,6 +64,7 @@ __all__ = [
     "LABEL_IMAGE",
     "LABEL_SOURCE_HASH",
     "REPOSITORY_PREFIX",
+    "AptProgress",
     "AptSource",
     "BuildProgress",
     "BuildResult",
@@ -69,6 +72,7 @@ __all__ = [
     "ImageBuildError",
     "ImageSpec",
     "ImageStatus",
+    "Installer",
     "Progress",
     "build",
     "connect",

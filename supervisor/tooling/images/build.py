@@ -38,14 +38,15 @@ def _build_busybox(b: Build) -> tuple[str, Method]:
     return docker_build(b), "dockerfile"
 
 
-# debian: docker build when the base image is at hand, else debootstrap + docker import.
+# debian (debian, dev): docker build when the base image is at hand, else debootstrap +
+# docker import.
 
 
 def _build_debian(b: Build) -> tuple[str, Method]:
     base = dockerfile_base(b.directory / "Dockerfile")
     if _base_available(b, base):
         return docker_build(b), "dockerfile"
-    return debootstrap_import(b), "debootstrap"
+    return debootstrap_import(b, installer=spec(b.name).installer), "debootstrap"
 
 
 def _base_available(b: Build, base: str) -> bool:

@@ -20,6 +20,7 @@ LABEL_SOURCE_HASH = "io.sbx.image.source-hash"
 BUILD_DIR = ".build"
 
 Recipe = Literal["busybox", "debian"]
+Installer = Literal["debootstrap", "apt"]
 
 
 class ImageBuildError(SupervisorError):
@@ -40,12 +41,22 @@ class ImageSpec:
     ``packages.txt`` + ``docker import``."""
     summary: str
     """One line for people."""
+    installer: Installer = "debootstrap"
+    """How the offline path installs ``packages.txt``: ``debootstrap``'s ``--include``, or
+    ``apt``: ``apt-get install`` chrooted into a bare minbase root, for package sets whose
+    dependencies name virtual packages (npm's do), which debootstrap's resolver ignores."""
 
 
 #: The images ``sbx images build`` knows, in build order.
 CATALOGUE: tuple[ImageSpec, ...] = (
     ImageSpec("minimal", "busybox", "Debian's static busybox on scratch"),
     ImageSpec("debian", "debian", "Debian bookworm with bash, python3, git and curl"),
+    ImageSpec(
+        "dev",
+        "debian",
+        "Debian bookworm toolchain: gcc, make, git, python3 with pip/venv/pytest, node and npm",
+        installer="apt",
+    ),
 )
 IMAGES: tuple[str, ...] = tuple(spec.name for spec in CATALOGUE)
 

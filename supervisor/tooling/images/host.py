@@ -49,7 +49,9 @@ def run(
     return done.stdout
 
 
-def stream_lines(argv: Sequence[str], what: str) -> Iterator[str]:
+def stream_lines(
+    argv: Sequence[str], what: str, *, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """Lines a long-running tool prints (stdout and stderr merged); raises when it fails."""
     tail: collections.deque[str] = collections.deque(maxlen=12)
     try:
@@ -60,6 +62,7 @@ def stream_lines(argv: Sequence[str], what: str) -> Iterator[str]:
             stdin=subprocess.DEVNULL,
             text=True,
             errors="replace",
+            env=env,
         )
     except FileNotFoundError as exc:
         raise ImageBuildError(f"{what}: {argv[0]} is not installed") from exc

@@ -16,7 +16,7 @@ class ImageStatus(_Model):
     """What the engine has for one sandbox image, compared with its sources."""
 
     name: str
-    """Image name (``minimal``, ``debian``)."""
+    """Image name (``minimal``, ``debian``, ``dev``)."""
     repository: str
     """``sbx/<name>``."""
     source_hash: str

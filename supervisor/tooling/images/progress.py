@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,3 +125,41 @@ class DebootstrapProgress:
             self.total = len(seen)
             return f"{len(seen)} {package}"
         return f"{len(seen)}/{max(self.total, len(seen))} {package}"
+
+
+class AptProgress:
+    """Turns ``apt-get install`` output into ``(step, detail)`` with package counts."""
+
+    _VERBS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("Unpacking ", "unpacking"),
+        ("Setting up ", "configuring"),
+    )
+
+    def __init__(self) -> None:
+        self.total = 0
+        """Packages apt will install (its ``N newly installed``)."""
+        self._seen: dict[str, set[str]] = collections.defaultdict(set)
+
+    def feed(self, line: str) -> tuple[str, str] | None:
+        """The step and detail a line of output stands for, or None for noise."""
+        text = line.strip()
+        match = re.match(r"^\d+ upgraded, (\d+) newly installed", text)
+        if match:
+            self.total = int(match.group(1))
+            return ("apt-get: resolving", f"{self.total} packages to install")
+        phase, package = self._phase(text)
+        if phase is None:
+            return None
+        seen = self._seen[phase]
+        seen.add(package)
+        return (f"apt-get: {phase}", f"{len(seen)}/{max(self.total, len(seen))} {package}")
+
+    def _phase(self, text: str) -> tuple[str | None, str]:
+        if text.startswith("Get:"):
+            # Get:12 http://mirror/debian bookworm/main amd64 libc6 amd64 2.36-9 [2757 kB]
+            fields = text.split()
+            return ("downloading", fields[4]) if len(fields) > 4 else (None, "")
+        for verb, phase in self._VERBS:
+            if text.startswith(verb):
+                return (phase, text[len(verb) :].split(" ", 1)[0].split(":", 1)[0])
+        return (None, "")
