@@ -15,7 +15,9 @@ import pytest
 
 from supervisor.tooling import images
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+# The first test builds what `make images` did not: sbx/dev alone takes 2 to 6 minutes
+# on a loaded 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 SBX = str(Path(sys.executable).with_name("sbx"))
 
@@ -39,7 +41,7 @@ def client() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def first_builds(client: Any) -> dict[str, images.BuildResult]:
-    """Both images, built (or found up to date) once for the module."""
+    """Every catalogue image, built (or found up to date) once for the module."""
     return {r.name: r for r in images.ensure_built(client=client)}
 
 
@@ -134,6 +136,68 @@ def test_debian_runs_python_and_git_hardened(first_builds: dict[str, images.Buil
     assert (code, out.split()) == (0, ["nobody", "nobody"])
 
 
+#: What sbx/dev must run as uid 65534 on a read-only root with HOME=/tmp. Each line prints
+#: a marker, then the tool's first line of output, so a missing tool shows which one.
+DEV_TOOLS = """\
+set -e
+echo "pytest: $(python3 -m pytest --version 2>&1 | head -n1)"
+python3 -m venv /tmp/v
+echo "venv pip: $(/tmp/v/bin/pip --version)"
+echo "node: $(node -e 'console.log(1 + 1)')"
+echo "npm: $(npm --version)"
+printf 'int main(void) { return 42; }\\n' > /tmp/t.c
+gcc -o /tmp/t /tmp/t.c && { /tmp/t || echo "gcc: built, ran, exit $?"; }
+echo "gcc: $(gcc --version | head -n1)"
+echo "make: $(make --version | head -n1)"
+echo "git: $(git --version)"
+echo "curl: $(curl --version | head -n1)"
+echo "python: $(python3 -c 'import sys; print(*sys.version_info[:2], sep=".")')"
+echo "whoami: $(id -u) $HOME"
+"""
+
+
+def test_dev_has_its_toolchains_hardened(first_builds: dict[str, images.BuildResult]) -> None:
+    """One container as the default policy runs tasks: read-only root, uid 65534, tmpfs /tmp
+    (exec, as the policies mount it), HOME=/tmp, Docker's init as PID 1, no network."""
+    api = docker.from_env(version="auto")
+    container = None
+    try:
+        container = api.containers.run(
+            "sbx/dev:latest",
+            ["bash", "-c", DEV_TOOLS],
+            detach=True,
+            network_mode="none",
+            read_only=True,
+            user="65534:65534",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges:true"],
+            tmpfs={"/tmp": "rw,exec,nosuid,nodev,size=256m,uid=65534,gid=65534"},
+            environment={"HOME": "/tmp"},
+            init=True,
+            labels={"io.sbx.test": "1"},
+        )
+        code = container.wait(timeout=120)["StatusCode"]
+        out = container.logs(stdout=True, stderr=True).decode()
+    finally:
+        if container is not None:
+            container.remove(force=True)
+        api.close()
+    assert code == 0, out
+    lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    assert lines["pytest"].startswith("pytest "), out
+    assert lines["venv pip"].startswith("pip ") and "/tmp/v/lib/python3" in lines["venv pip"]
+    assert lines["node"] == "2"
+    assert lines["npm"][0].isdigit(), out
+    assert "gcc: built, ran, exit 42" in out
+    assert lines["gcc"].startswith("gcc (Debian")
+    assert lines["make"].startswith("GNU Make ")
+    assert lines["git"].startswith("git version ")
+    assert lines["curl"].startswith("curl ")
+    # A host venv made with a Debian 12 python3 only runs inside on the same minor version.
+    assert lines["python"] == "3.11"
+    assert lines["whoami"] == "65534 /tmp"
+
+
 def test_cli_build_and_list(first_builds: dict[str, images.BuildResult]) -> None:
     done = subprocess.run(
         [SBX, "images", "build"], capture_output=True, text=True, timeout=300, check=False
@@ -141,6 +205,7 @@ def test_cli_build_and_list(first_builds: dict[str, images.BuildResult]) -> None
     assert done.returncode == 0, done.stderr
     assert "up to date: sbx/minimal:" in done.stdout
     assert "up to date: sbx/debian:" in done.stdout
+    assert "up to date: sbx/dev:" in done.stdout
     assert "\r" not in done.stdout
     listed = subprocess.run(
         [SBX, "images", "list", "--json"], capture_output=True, text=True, timeout=60, check=False
@@ -154,7 +219,7 @@ def test_cli_build_and_list(first_builds: dict[str, images.BuildResult]) -> None
         [SBX, "images", "list"], capture_output=True, text=True, timeout=60, check=False
     )
     lines = [line.split("\t") for line in table.stdout.splitlines()]
-    assert [(cells[0], cells[-1]) for cells in lines] == [("minimal", "yes"), ("debian", "yes")]
+    assert [(cells[0], cells[-1]) for cells in lines] == [(n, "yes") for n in images.IMAGES]
 
 
 def test_cli_rejects_unknown_names() -> None:

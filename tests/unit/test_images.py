@@ -11,9 +11,11 @@ import pytest
 from supervisor.interfaces.cli.images import BuildDisplay
 from supervisor.tooling import images
 from supervisor.tooling.images import (
+    AptProgress,
     AptSource,
     BuildProgress,
     DebootstrapProgress,
+    catalogue,
     dockerfile_base,
     dockerfile_instructions,
     hash_sources,
@@ -80,7 +82,8 @@ def test_hash_ignores_the_build_folder(image: Path) -> None:
 def test_hash_covers_name_and_builder_version(image: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = hash_sources(image, "img")
     assert hash_sources(image, "other") != before
-    monkeypatch.setattr(images, "BUILDER_VERSION", images.BUILDER_VERSION + "-next")
+    # hash_sources reads the version where it is defined, not the package's re-export.
+    monkeypatch.setattr(catalogue, "BUILDER_VERSION", images.BUILDER_VERSION + "-next")
     assert hash_sources(image, "img") != before
 
 
@@ -101,7 +104,7 @@ def test_shipped_images_hash_and_list_their_sources() -> None:
 
 
 def test_unknown_image_names_are_refused() -> None:
-    with pytest.raises(images.ImageBuildError, match="known images: minimal, debian"):
+    with pytest.raises(images.ImageBuildError, match="known images: minimal, debian, dev"):
         images.source_hash("nope")
 
 
@@ -231,6 +234,42 @@ def test_debian_package_list_is_shared_by_both_build_paths() -> None:
     assert dockerfile_base(debian / "Dockerfile") == "debian:bookworm-slim"
 
 
+def test_dev_image_has_the_toolchains_and_the_debian_build_paths() -> None:
+    dev = REPO_IMAGES / "dev"
+    packages = read_packages(dev / "packages.txt")
+    for wanted in (
+        *read_packages(REPO_IMAGES / "debian" / "packages.txt"),
+        "build-essential",
+        "make",
+        "python3-pip",
+        "python3-venv",
+        "python3-pytest",
+        "nodejs",
+        "npm",
+    ):
+        assert wanted in packages
+    # Docker's init (tini) is injected by the policies' init = true, as for sbx/debian.
+    assert "tini" not in packages
+    steps = dockerfile_instructions((dev / "Dockerfile").read_text())
+    assert ("COPY", "packages.txt /tmp/sbx-packages.txt") in steps
+    assert dockerfile_base(dev / "Dockerfile") == "debian:bookworm-slim"
+    assert images.spec("dev").recipe == images.spec("debian").recipe == "debian"
+
+
+def test_catalogue_names_the_shipped_folders_in_build_order() -> None:
+    assert images.IMAGES == ("minimal", "debian", "dev")
+    assert [s.name for s in images.CATALOGUE] == list(images.IMAGES)
+    shipped = {p.name for p in REPO_IMAGES.iterdir() if p.is_dir()}
+    assert shipped == set(images.IMAGES)
+
+
+def test_images_dir_is_the_checkouts_sandbox_images(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SBX_IMAGES_DIR", raising=False)
+    assert images.images_dir() == REPO_IMAGES
+    monkeypatch.setenv("SBX_IMAGES_DIR", "/elsewhere")
+    assert images.images_dir() == Path("/elsewhere")
+
+
 def test_minimal_dockerfile_installs_busybox_from_the_build_folder() -> None:
     minimal = REPO_IMAGES / "minimal"
     steps = dockerfile_instructions((minimal / "Dockerfile").read_text())
@@ -295,6 +334,37 @@ def test_debootstrap_progress_counts_packages() -> None:
     assert ("debootstrap: unpacking the base system", "2/3 zlib1g") in events
     assert events[-1] == ("debootstrap: done", "")
     assert all("something odd" not in d for _, d in events)
+
+
+APT_LOG = """\
+Reading package lists...
+The following NEW packages will be installed:
+  libc6 nodejs npm
+0 upgraded, 3 newly installed, 0 to remove and 0 not upgraded.
+Get:1 http://deb.example/debian bookworm/main amd64 libc6 amd64 2.36-9+deb12u10 [2757 kB]
+Get:2 http://deb.example/debian bookworm/main amd64 npm all 9.2.0~ds1-1 [1150 kB]
+Fetched 3907 kB in 1s (3907 kB/s)
+Selecting previously unselected package libc6:amd64.
+Preparing to unpack .../0-libc6_2.36-9+deb12u10_amd64.deb ...
+Unpacking libc6:amd64 (2.36-9+deb12u10) ...
+Unpacking npm (9.2.0~ds1-1) ...
+Setting up libc6:amd64 (2.36-9+deb12u10) ...
+Processing triggers for libc-bin (2.36-9+deb12u10) ...
+"""
+
+
+def test_apt_progress_counts_packages() -> None:
+    parser = AptProgress()
+    events = [e for line in APT_LOG.splitlines() if (e := parser.feed(line))]
+    assert events == [
+        ("apt-get: resolving", "3 packages to install"),
+        ("apt-get: downloading", "1/3 libc6"),
+        ("apt-get: downloading", "2/3 npm"),
+        ("apt-get: unpacking", "1/3 libc6"),
+        ("apt-get: unpacking", "2/3 npm"),
+        ("apt-get: configuring", "1/3 libc6"),
+    ]
+    assert parser.total == 3
 
 
 def _progress(step: str, detail: str = "", t: float = 1.0) -> BuildProgress:

@@ -28,8 +28,8 @@ examples:
 BUILD_EPILOG = f"""\
 Each image is tagged sbx/<name>:<hash of its sources> and sbx/<name>:latest; an image whose
 sources did not change is not rebuilt. Images: {", ".join(IMAGES)}. Images whose base cannot
-be pulled (no registry) are built offline: debian with debootstrap from the host's Debian
-mirror (needs root), minimal from Debian's busybox-static package.
+be pulled (no registry) are built offline: debian and dev with debootstrap from the host's
+Debian mirror (needs root), minimal from Debian's busybox-static package.
 
 examples:
   sbx images build                 all images, only when their sources changed
