@@ -204,6 +204,7 @@ class Session:
             stalls=svc.stalls,
             find_container=svc.find_container,
             live_restore=svc.live_restore(),
+            search_io=svc.search_io,
         )
 
     def build_request(

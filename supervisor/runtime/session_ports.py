@@ -42,6 +42,7 @@ class SessionServices:
     on_ended: Callable[[str], None]
     """Called with the session id once the session has ended."""
     stalls: StallPort | None = None
+    search_io: Executor | None = None
     workspace_roots: Sequence[Path] = field(default_factory=list)
     end_timeout_s: float = 30.0
 

@@ -87,6 +87,9 @@ class Supervisor:
         self.end_timeout_s = end_timeout_s
         self.min_free_bytes = min_free_bytes
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sbx-io")
+        #: wait_for scans: a pattern searched through hundreds of MB never holds up output
+        #: writes; more parallel scans than threads wait their turn.
+        self.search_io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sbx-scan")
         self.store = StateStore(self.state_dir / "state.db")
         self.instance_id = ""
         self.stall_watcher: StallWatcher | None = None
@@ -189,6 +192,7 @@ class Supervisor:
             log.exception("state_store_close_failed")
         # Waiting for the worker threads blocks: do it on a thread of its own.
         await asyncio.to_thread(self.io.shutdown, wait=True)
+        await asyncio.to_thread(self.search_io.shutdown, wait=True, cancel_futures=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -391,6 +395,7 @@ class Supervisor:
             live_restore=lambda: self.live_restore,
             on_ended=self._forget,
             stalls=self.stall_watcher,
+            search_io=self.search_io,
             workspace_roots=self.workspace_roots,
             end_timeout_s=self.end_timeout_s,
         )

@@ -130,6 +130,7 @@ class TaskPorts:
 
     backend: Backend
     io: Executor
+    """File writes and reads (output files, tails)."""
     events: EventPort
     records: RecordPort
     preflight: Preflight
@@ -138,3 +139,6 @@ class TaskPorts:
     """Our container labelled with a task id, if any (re-adoption)."""
     live_restore: bool = True
     """Whether the engine keeps containers running through its own restarts."""
+    search_io: Executor | None = None
+    """Where wait_for scans output (its own threads, so long scans never hold up the
+    output writers in ``io``); None: ``io``."""

@@ -391,7 +391,7 @@ class TaskRunner:
             self.capture.path,
             pattern,
             view,
-            self.ports.io,
+            self.ports.search_io or self.ports.io,
             timeout_s=timeout_s,
             from_offset=from_offset,
         )
