@@ -162,7 +162,7 @@ def test_foreground_timeout_exits_124(cli: Daemon) -> None:
     started = time.monotonic()
     result = sbx(cli, "run", "--policy", "fast", "--timeout", "1s", "--", "sleep", "10")
     assert result.returncode == 124, result.stderr
-    assert b"timed out after 1s" in result.stderr
+    assert b"was killed: it reached its timeout (1s)" in result.stderr
     assert time.monotonic() - started < 9
 
 
