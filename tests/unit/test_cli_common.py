@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -120,6 +121,7 @@ def test_a_400_digit_timeout_is_one_line_and_no_traceback() -> None:
         capture_output=True,
         timeout=60,
         check=False,
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert result.returncode == 2
     err = result.stderr.decode()

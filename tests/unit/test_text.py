@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any, get_args
 
 import pytest
@@ -179,5 +180,6 @@ def test_task_label_cuts_long_ones() -> None:
 def test_importing_text_loads_no_pydantic() -> None:
     """The CLI parses options and prints task lists through core.text on every start."""
     code = "import sys, supervisor.core.text; print('pydantic' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, cwd=repo)
     assert out.stdout.strip() == b"False"
