@@ -1,63 +1,149 @@
-"""The one exception tree every public API raises from."""
+"""The one exception tree every public API raises from, and its wire form.
+
+Each class has a stable ``code``; the HTTP API answers ``{"error": {"code", "message", ...}}``
+and :func:`from_wire` turns such a body back into the same class, so the CLI and the MCP
+server branch on types, never on message text. Every subclass that names its own ``code``
+is registered under it (:func:`error_class`).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from supervisor.core.models import TaskInfo
+
+#: code -> the class registered under it.
+_BY_CODE: dict[str, type[SupervisorError]] = {}
 
 
 class SupervisorError(Exception):
     """Root of every error sandbox-supervisor raises on purpose.
 
-    ``code`` is a stable, machine-readable name the HTTP API and MCP server reuse.
+    ``code`` is a stable, machine-readable name the HTTP API and MCP server reuse. ``status``
+    is the HTTP status the daemon answers with (when rebuilt by :func:`from_wire`: the status
+    it did answer with) and ``body`` the JSON body it came in (empty unless rebuilt).
     """
 
     code: str = "supervisor_error"
+    status: int = 500
+    body: Mapping[str, Any] = MappingProxyType({})
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__:
+            _register(cls)
+
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        """This class from a wire body's ``error`` object (``known``: ids from the request)."""
+        return cls(message)
+
+    def wire_detail(self) -> dict[str, Any]:
+        """What this error adds to ``{"code", "message"}`` on the wire (ids, the task)."""
+        return {}
+
+    def to_wire(self) -> dict[str, Any]:
+        """The HTTP body for this error: ``{"error": {"code", "message", ...}}``."""
+        return {"error": {"code": self.code, "message": str(self), **self.wire_detail()}}
+
+
+def _register(cls: type[SupervisorError]) -> None:
+    taken = _BY_CODE.get(cls.code)
+    # The same class defined again (a module reloaded) replaces itself; two classes may not
+    # share a code, or a wire body could not say which one it means.
+    if taken is not None and (taken.__module__, taken.__qualname__) != (
+        cls.__module__,
+        cls.__qualname__,
+    ):
+        raise TypeError(f"error code {cls.code!r} is taken by {taken.__qualname__}")
+    _BY_CODE[cls.code] = cls
+
+
+_register(SupervisorError)
 
 
 class TaskNotFound(SupervisorError, LookupError):
     """No task with this id in this session (also: a task of another session)."""
 
     code = "task_not_found"
+    status = 404
 
     def __init__(self, task_id: str, message: str | None = None) -> None:
         super().__init__(message or f"no task {task_id!r} in this session")
         self.task_id = task_id
+
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        return cls(str(detail.get("task_id") or known.get("task_id") or ""), message)
+
+    def wire_detail(self) -> dict[str, Any]:
+        return {"task_id": self.task_id}
 
 
 class SessionNotFound(SupervisorError, LookupError):
     """No session with this id."""
 
     code = "session_not_found"
+    status = 404
 
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"no session {session_id!r}")
+    def __init__(self, session_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"no session {session_id!r}")
         self.session_id = session_id
+
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        return cls(str(detail.get("session_id") or known.get("session_id") or ""), message)
+
+    def wire_detail(self) -> dict[str, Any]:
+        return {"session_id": self.session_id}
 
 
 class SessionEnded(SupervisorError):
     """The session has ended; it takes no new tasks."""
 
     code = "session_ended"
+    status = 409
 
 
 class TaskNotRunning(SupervisorError):
     """The task has already ended; ``info`` carries its final status."""
 
     code = "task_not_running"
+    status = 409
 
     def __init__(self, info: TaskInfo, message: str | None = None) -> None:
         detail = info.describe_end()
         super().__init__(message or f"task {info.task_id} is not running ({detail})")
         self.info = info
 
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        task = detail.get("task")
+        if not isinstance(task, Mapping):
+            return None  # a body without the task: the caller falls back to the root class
+        # Here, not at the top: the CLI imports this module on every start, pydantic it
+        # needs only for this one error.
+        from supervisor.core.models import TaskInfo  # noqa: PLC0415
+
+        try:
+            info = TaskInfo.model_validate(task)
+        except ValueError:  # pydantic's ValidationError: not a task; same fallback
+            return None
+        return cls(info, message)
+
+    def wire_detail(self) -> dict[str, Any]:
+        return {"task": self.info.model_dump(mode="json")}
+
 
 class StdinClosed(SupervisorError):
     """The task's stdin is closed (``stdin="closed"`` or EOF already sent)."""
 
     code = "stdin_closed"
+    status = 409
 
 
 class WaitTimeout(SupervisorError, TimeoutError):
@@ -70,51 +156,268 @@ class PolicyError(SupervisorError, ValueError):
     """A policy file or a task spec breaks the rules: names the field and what is allowed."""
 
     code = "policy_error"
+    status = 400
 
 
 class SpecError(PolicyError):
-    """A task spec field is invalid or asks for more than its policy allows."""
+    """A task spec field is invalid or asks for more than its policy allows.
+
+    With ``field``, the message is ``"<field>: <problem>"`` and ``problem`` holds the part
+    after the name (for callers that name the field their own way, like ``--timeout``)."""
 
     code = "invalid_spec"
+
+    def __init__(self, problem: str, *, field: str | None = None) -> None:
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field = field
+        self.problem = problem
+
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        field = detail.get("field")
+        if isinstance(field, str) and message.startswith(f"{field}: "):
+            return cls(message.removeprefix(f"{field}: "), field=field)
+        return cls(message)
+
+    def wire_detail(self) -> dict[str, Any]:
+        return {"field": self.field} if self.field else {}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldProblem:
+    """One invalid field of a request or spec, from a pydantic error."""
+
+    field: str
+    """Dotted location (``env.PATH``); empty for the object as a whole."""
+    message: str
+    """What is wrong, without pydantic's ``Value error, `` prefix."""
+    kind: str
+    """pydantic's error type (``extra_forbidden``, ``less_than_equal``, ...)."""
+    value: Any = None
+    """The input that was refused."""
+
+
+def field_problems(
+    errors: Iterable[Mapping[str, Any]], *, drop: tuple[str, ...] = ("body",)
+) -> list[FieldProblem]:
+    """pydantic's ``ValidationError.errors()`` as named problems (``drop``: location parts
+    that name the container, not a field). Unknown fields read ``unknown field``."""
+    problems = []
+    for err in errors:
+        kind = str(err.get("type", ""))
+        loc = [str(p) for p in err.get("loc", ()) if p not in drop]
+        if kind == "json_invalid":
+            loc = []  # its location is a character position, not a field
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if kind == "extra_forbidden":
+            message = "unknown field"
+        problems.append(FieldProblem(".".join(loc), message, kind, err.get("input")))
+    return problems
+
+
+class InvalidRequest(SpecError):
+    """The request is malformed: a field has the wrong type or range, the body is not JSON.
+    ``fields`` names each bad field (``[{"field", "message"}]``)."""
+
+    code = "invalid_request"
+    status = 422
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        field: str | None = None,
+        fields: list[dict[str, str]] | None = None,
+    ) -> None:
+        super().__init__(problem, field=field)
+        self.fields = list(fields or [])
+
+    @classmethod
+    def from_problems(cls, problems: Iterable[FieldProblem]) -> InvalidRequest:
+        """One message naming every problem (``body`` for the request as a whole)."""
+        fields = [{"field": p.field or "body", "message": p.message} for p in problems]
+        return cls("; ".join(f"{f['field']}: {f['message']}" for f in fields), fields=fields)
+
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        raw = detail.get("fields")
+        fields = [
+            {"field": str(f.get("field", "")), "message": str(f.get("message", ""))}
+            for f in (raw if isinstance(raw, list) else [])
+            if isinstance(f, Mapping)
+        ]
+        return cls(message, fields=fields)
+
+    def wire_detail(self) -> dict[str, Any]:
+        return {**super().wire_detail(), **({"fields": self.fields} if self.fields else {})}
 
 
 class LimitExceeded(SupervisorError):
     """A configured capacity limit (running tasks per session, ...) is reached."""
 
     code = "limit_exceeded"
+    status = 429
 
 
 class EngineUnavailable(SupervisorError, ConnectionError):
     """The container engine does not answer."""
 
     code = "engine_unavailable"
+    status = 503
 
 
 class ImageMissing(SupervisorError, LookupError):
     """The policy's image is not present on the engine (build it with ``sbx images build``)."""
 
     code = "image_missing"
+    status = 424
 
 
 class RuntimeUnavailable(SupervisorError):
     """The policy's container runtime (e.g. runsc) is not usable; we never fall back."""
 
     code = "runtime_unavailable"
+    status = 503
 
 
 class StateStorageError(SupervisorError, OSError):
     """The state directory cannot be written (full disk, permissions)."""
 
     code = "state_storage_error"
+    status = 507
 
 
 class EngineError(SupervisorError):
     """The engine refused an operation for a reason not covered by a narrower error."""
 
     code = "engine_error"
+    status = 502
 
 
 class InputNotRead(SupervisorError, TimeoutError):
     """Input sent to a task's stdin was not taken in time: the command is not reading it."""
 
     code = "stdin_not_read"
+    status = 409
+
+
+# -- errors of the HTTP API itself (answered by the daemon, raised again by the client) ----
+
+
+class Unauthorized(SupervisorError, PermissionError):
+    """The request has no valid bearer token."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class NotFound(SupervisorError, LookupError):
+    """No such resource: an unknown route, or one this token may not see (the same answer,
+    so a refusal says nothing about what exists)."""
+
+    code = "not_found"
+    status = 404
+
+
+class Forbidden(SupervisorError, PermissionError):
+    """The daemon refuses the request whoever asks (DNS-rebinding defence on TCP)."""
+
+    code = "forbidden"
+    status = 403
+
+
+class ForbiddenHost(Forbidden):
+    """The ``Host`` header is not on the TCP listener's allowlist."""
+
+    code = "forbidden_host"
+
+
+class ForbiddenOrigin(Forbidden):
+    """The ``Origin`` header is not on the TCP listener's allowlist."""
+
+    code = "forbidden_origin"
+
+
+class MethodNotAllowed(SupervisorError):
+    """The route exists but not with this HTTP method."""
+
+    code = "method_not_allowed"
+    status = 405
+
+
+class PayloadTooLarge(SupervisorError, ValueError):
+    """The request body is larger than the daemon accepts."""
+
+    code = "payload_too_large"
+    status = 413
+
+
+class HttpError(SupervisorError):
+    """An HTTP error with no narrower meaning (also: an answer that is not the API's JSON)."""
+
+    code = "http_error"
+
+
+class DaemonError(SupervisorError, ConnectionError):
+    """The connection to the daemon failed mid-request, or its answer was unreadable."""
+
+    code = "daemon_error"
+    status = 502
+
+
+class DaemonNotRunning(DaemonError):
+    """No daemon answers at the expected address."""
+
+    code = "daemon_unavailable"
+    status = 503
+
+
+# -- from the wire ------------------------------------------------------------------------
+
+
+def error_class(code: str) -> type[SupervisorError]:
+    """The class registered for ``code`` (the root class for a code nobody registered)."""
+    return _BY_CODE.get(code, SupervisorError)
+
+
+def registered_codes() -> Mapping[str, type[SupervisorError]]:
+    """Every registered code and its class (read-only)."""
+    return MappingProxyType(_BY_CODE)
+
+
+def make_error(
+    code: str,
+    message: str,
+    detail: Mapping[str, Any] | None = None,
+    *,
+    task_id: str | None = None,
+    session_id: str | None = None,
+) -> SupervisorError:
+    """An instance of the class registered for ``code``. Keeps ``code`` when nobody
+    registered it (an error of a newer daemon), so callers can still show it."""
+    known = {k: v for k, v in (("task_id", task_id), ("session_id", session_id)) if v}
+    cls = error_class(code)
+    exc = cls._rebuild(message, detail or {}, known)
+    if not isinstance(exc, SupervisorError):
+        exc = SupervisorError(message)
+    if exc.code != code:
+        exc.code = code
+    return exc
+
+
+def from_wire(
+    body: object, status: int, *, task_id: str | None = None, session_id: str | None = None
+) -> SupervisorError:
+    """The error a daemon's answer ``{"error": {"code", "message", ...}}`` stands for, with
+    ``status`` and ``body`` set. ``task_id``/``session_id``: the ids the request named, for
+    errors whose body does not carry them. An answer that is not the API's JSON (a proxy's
+    error page) becomes :class:`HttpError`."""
+    detail = body.get("error") if isinstance(body, Mapping) else None
+    if not isinstance(detail, Mapping):
+        detail = {}
+    code = str(detail.get("code") or HttpError.code)
+    message = str(detail.get("message") or "") or f"the daemon answered HTTP {status}"
+    exc = make_error(code, message, detail, task_id=task_id, session_id=session_id)
+    exc.status = status
+    exc.body = dict(body) if isinstance(body, Mapping) else {}
+    return exc

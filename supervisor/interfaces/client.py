@@ -1,9 +1,18 @@
-"""Async client for the daemon's HTTP API (used by the CLI and the MCP server)."""
+"""Async client for the daemon's HTTP API (used by the CLI and the MCP server).
+
+An error answer is raised again as the ``SupervisorError`` subclass its ``code`` names
+(``TaskNotRunning`` with the task's final info, ``TaskNotFound``, ...), with ``status`` and
+``body`` set; losing the daemon raises :class:`DaemonNotRunning` or :class:`DaemonError`.
+
+Tasks come back as the daemon's JSON (``TaskInfo.model_dump(mode="json")``), not decoded:
+the CLI prints that JSON as it is, and its texts (``core.text``) read it directly, so a
+command like ``sbx ps`` never imports pydantic (which would double its run time). The MCP
+server decodes with :func:`task_info`.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shlex
 import subprocess
@@ -11,28 +20,39 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import httpx
-
+from supervisor.core.errors import DaemonError, DaemonNotRunning, from_wire
 from supervisor.core.paths import admin_token_file, daemon_socket, default_state_dir
+from supervisor.interfaces.http import Endpoint, Response
+
+if TYPE_CHECKING:
+    from supervisor.core.models import TaskInfo
+
+__all__ = ["Chunk", "DaemonError", "DaemonNotRunning", "SbxClient", "ensure_daemon", "task_info"]
 
 #: Server-side waits are capped at 300 s; the client loops for longer waits.
 _SERVER_WAIT_CAP = 300.0
+#: Server-side long-poll per request while following output or events.
+FOLLOW_WAIT_S = 25.0
+#: Bytes per read of the output file.
+READ_CHUNK = 1 << 20
 
 
-class ApiError(Exception):
-    """The daemon answered with an error: HTTP status, stable code, message."""
-
-    def __init__(self, status: int, code: str, message: str, body: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.body = body
+#: A task as the daemon answers it: ``TaskInfo`` in JSON form.
+TaskJson = dict[str, Any]
 
 
-class DaemonNotRunning(Exception):
-    """No daemon answers at the expected address."""
+class Chunk(NamedTuple):
+    """Exact bytes of a task's output file."""
+
+    data: bytes
+    offset: int
+    """Where ``data`` starts in the file."""
+    next_offset: int
+    """Where the next read starts."""
+    eof: bool
+    """The task has ended and nothing follows ``next_offset``."""
 
 
 def daemon_paths(state_dir: Path | None = None) -> tuple[Path, Path]:
@@ -40,8 +60,16 @@ def daemon_paths(state_dir: Path | None = None) -> tuple[Path, Path]:
     return daemon_socket(state_dir), admin_token_file(state_dir)
 
 
+def task_info(body: TaskJson) -> TaskInfo:
+    """A task's JSON as a ``TaskInfo``."""
+    # Here, not at the top: see the module docstring.
+    from supervisor.core.models import TaskInfo  # noqa: PLC0415
+
+    return TaskInfo.model_validate(body)
+
+
 class SbxClient:
-    """One connection pool to the daemon, over its unix socket (or loopback TCP)."""
+    """Requests to one daemon, over its unix socket (or loopback TCP)."""
 
     def __init__(
         self,
@@ -53,25 +81,21 @@ class SbxClient:
     ) -> None:
         if base_url is None and socket_path is None:
             raise ValueError("give socket_path or base_url")
-        transport = httpx.AsyncHTTPTransport(uds=str(socket_path)) if socket_path else None
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.socket_path = socket_path
-        self._http = httpx.AsyncClient(
-            base_url=base_url or "http://sbx",
-            transport=transport,
-            headers=headers,
-            timeout=httpx.Timeout(timeout, read=_SERVER_WAIT_CAP + 30),
+        self.endpoint = (
+            Endpoint(socket_path=socket_path) if socket_path else Endpoint.from_url(str(base_url))
         )
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout = timeout
 
     @classmethod
     def for_state_dir(cls, state_dir: Path | None = None, token: str | None = None) -> SbxClient:
         """The local daemon of ``state_dir`` with its admin token (``$SBX_URL``/``$SBX_TOKEN``
         point elsewhere)."""
         url = os.environ.get("SBX_URL")
-        env_token = os.environ.get("SBX_TOKEN")
         sock, token_file = daemon_paths(state_dir)
         if token is None:
-            token = env_token
+            token = os.environ.get("SBX_TOKEN")
         if token is None and token_file.exists():
             token = token_file.read_text().strip()
         if url:
@@ -79,7 +103,7 @@ class SbxClient:
         return cls(socket_path=sock, token=token)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        """Nothing to release (a connection lasts one request); kept for ``async with``."""
 
     async def __aenter__(self) -> SbxClient:
         return self
@@ -87,65 +111,104 @@ class SbxClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # -- plumbing -------------------------------------------------------------------
+    # -- plumbing -------------------------------------------------------------------------
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = await self._http.request(method, path, **kwargs)
-        except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError) as exc:
-            raise DaemonNotRunning(str(exc)) from exc
-        if response.status_code >= 400:
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+    ) -> Response:
+        return await self.endpoint.request(
+            method,
+            path,
+            params=params,
+            json_body=json,
+            headers=self._headers,
+            connect_timeout_s=self._timeout,
+            # Long-polls last up to the server's cap; a stop waits out a grace period.
+            read_timeout_s=_SERVER_WAIT_CAP + self._timeout,
+        )
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        ids: tuple[str | None, str | None] = (None, None),
+    ) -> Response:
+        """The answer, or the error it stands for (``ids``: the session and task the
+        request names, for errors whose body does not repeat them)."""
+        response = await self._send(method, path, params=params, json=json)
+        if response.status >= 400:
             try:
                 body = response.json()
-                err = body.get("error", {})
-                code, message = str(err.get("code", "error")), str(err.get("message", ""))
-            except (ValueError, AttributeError):
-                body, code, message = {}, "error", response.text
-            raise ApiError(response.status_code, code, message or response.reason_phrase, body)
-        if response.status_code == 204:
-            return None
-        if response.headers.get("content-type", "").startswith("application/json"):
-            return response.json()
+            except DaemonError:
+                body = {}  # not the API's JSON (a proxy's page): from_wire says HttpError
+            sid, tid = ids
+            raise from_wire(body, response.status, session_id=sid, task_id=tid)
         return response
 
-    # -- API ------------------------------------------------------------------------
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return (await self._request(method, path, **kwargs)).json()
+
+    @staticmethod
+    def _task_path(session_id: str, task_id: str, tail: str = "") -> dict[str, Any]:
+        """``path`` and ``ids`` of a task's route, as keyword arguments of :meth:`_request`."""
+        return {
+            "path": f"/sessions/{session_id}/tasks/{task_id}{tail}",
+            "ids": (session_id, task_id),
+        }
+
+    # -- health and sessions --------------------------------------------------------------
+
+    async def reachable(self) -> bool:
+        """Whether the daemon accepts connections (cheaper than :meth:`healthz`)."""
+        return await self.endpoint.reachable(self._timeout)
 
     async def healthz(self) -> dict[str, Any]:
-        try:
-            response = await self._http.get("/healthz")
-        except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError) as exc:
-            raise DaemonNotRunning(str(exc)) from exc
-        return dict(response.json())
+        """Engine state and load (also when the engine is down: ``status: degraded``)."""
+        return dict((await self._send("GET", "/healthz")).json())
 
     async def create_session(self, session_id: str | None = None) -> dict[str, Any]:
         body = {"session_id": session_id} if session_id else {}
-        return dict(await self._request("POST", "/sessions", json=body))
+        return dict(await self._json("POST", "/sessions", json=body, ids=(session_id, None)))
 
     async def sessions(self) -> list[dict[str, Any]]:
-        return list(await self._request("GET", "/sessions"))
+        return list(await self._json("GET", "/sessions"))
 
     async def end_session(self, session_id: str) -> dict[str, Any]:
-        return dict(await self._request("DELETE", f"/sessions/{session_id}"))
+        return dict(await self._json("DELETE", f"/sessions/{session_id}", ids=(session_id, None)))
 
-    async def start(self, session_id: str, spec: dict[str, Any]) -> dict[str, Any]:
-        return dict(await self._request("POST", f"/sessions/{session_id}/tasks", json=spec))
+    # -- tasks ----------------------------------------------------------------------------
+
+    async def start(self, session_id: str, spec: dict[str, Any]) -> TaskJson:
+        path = f"/sessions/{session_id}/tasks"
+        return dict(await self._json("POST", path, json=spec, ids=(session_id, None)))
 
     async def tasks(
         self, session_id: str, *, kind: str | None = None, active: bool = False
-    ) -> list[dict[str, Any]]:
+    ) -> list[TaskJson]:
         params: dict[str, Any] = {"active": str(active).lower()}
         if kind:
             params["kind"] = kind
-        return list(await self._request("GET", f"/sessions/{session_id}/tasks", params=params))
+        path = f"/sessions/{session_id}/tasks"
+        return list(await self._json("GET", path, params=params, ids=(session_id, None)))
 
-    async def task(self, session_id: str, task_id: str) -> dict[str, Any]:
-        return dict(await self._request("GET", f"/sessions/{session_id}/tasks/{task_id}"))
+    async def task(self, session_id: str, task_id: str) -> TaskJson:
+        return dict(await self._json("GET", **self._task_path(session_id, task_id)))
 
-    async def find_task(self, task_id: str) -> dict[str, Any]:
-        return dict(await self._request("GET", f"/tasks/{task_id}"))
+    async def find_task(self, task_id: str) -> TaskJson:
+        """The task in whichever open session holds it (that the token may see)."""
+        return dict(await self._json("GET", f"/tasks/{task_id}", ids=(None, task_id)))
 
-    async def stop(self, session_id: str, task_id: str) -> dict[str, Any]:
-        return dict(await self._request("POST", f"/sessions/{session_id}/tasks/{task_id}/stop"))
+    async def stop(self, session_id: str, task_id: str) -> TaskJson:
+        """The final info; TaskNotRunning (with it) when the task had already ended."""
+        return dict(await self._json("POST", **self._task_path(session_id, task_id, "/stop")))
 
     async def send_input(
         self,
@@ -158,95 +221,25 @@ class SbxClient:
     ) -> None:
         body: dict[str, Any] = {"eof": eof}
         if data is not None:
-            import base64  # noqa: PLC0415
+            import base64  # noqa: PLC0415 - only input of raw bytes needs it
 
             body["data_b64"] = base64.b64encode(data).decode()
         else:
             body["text"] = text or ""
-        await self._request("POST", f"/sessions/{session_id}/tasks/{task_id}/input", json=body)
-
-    async def output(
-        self,
-        session_id: str,
-        task_id: str,
-        *,
-        offset: int = 0,
-        limit: int = 65536,
-        wait_s: float = 0.0,
-        encoding: str = "text",
-    ) -> dict[str, Any]:
-        params = {
-            "offset": offset,
-            "limit": limit,
-            "wait_s": min(wait_s, _SERVER_WAIT_CAP),
-            "encoding": encoding,
-        }
-        return dict(
-            await self._request(
-                "GET", f"/sessions/{session_id}/tasks/{task_id}/output", params=params
-            )
-        )
-
-    async def output_raw(
-        self,
-        session_id: str,
-        task_id: str,
-        *,
-        offset: int = 0,
-        limit: int = 1 << 20,
-        wait_s: float = 0.0,
-    ) -> tuple[bytes, int, bool]:
-        """(bytes, next_offset, eof), exact bytes."""
-        params = {
-            "offset": offset,
-            "limit": limit,
-            "wait_s": min(wait_s, _SERVER_WAIT_CAP),
-            "encoding": "raw",
-        }
-        response = await self._request(
-            "GET", f"/sessions/{session_id}/tasks/{task_id}/output", params=params
-        )
-        return (
-            response.content,
-            int(response.headers["X-Next-Offset"]),
-            response.headers["X-EOF"] == "true",
-        )
-
-    async def follow_output(
-        self, session_id: str, task_id: str, offset: int = 0
-    ) -> AsyncIterator[bytes]:
-        """Output bytes from ``offset`` as they arrive, until the task has ended."""
-        while True:
-            data, offset, eof = await self.output_raw(
-                session_id, task_id, offset=offset, wait_s=25.0
-            )
-            if data:
-                yield data
-            if eof:
-                return
-
-    async def tail(self, session_id: str, task_id: str, chars: int = 4000) -> str:
-        body = await self._request(
-            "GET", f"/sessions/{session_id}/tasks/{task_id}/tail", params={"chars": chars}
-        )
-        return str(body["text"])
+        await self._request("POST", json=body, **self._task_path(session_id, task_id, "/input"))
 
     async def wait(
         self, session_id: str, task_id: str, timeout_s: float | None = None
     ) -> dict[str, Any]:
-        """Wait for the final status; ``{"timed_out": True, ...}`` when time runs out."""
+        """``{"timed_out": false, "task": <final>}``, or ``timed_out`` true with the task as
+        it is when time runs out (None: wait as long as it takes)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        where = self._task_path(session_id, task_id, "/wait")
         while True:
             chunk = _SERVER_WAIT_CAP
             if deadline is not None:
                 chunk = max(0.001, min(chunk, deadline - time.monotonic()))
-            body = dict(
-                await self._request(
-                    "POST",
-                    f"/sessions/{session_id}/tasks/{task_id}/wait",
-                    json={"timeout_s": chunk},
-                )
-            )
+            body = dict(await self._json("POST", json={"timeout_s": chunk}, **where))
             if not body["timed_out"] or (deadline is not None and time.monotonic() >= deadline):
                 return body
 
@@ -258,49 +251,125 @@ class SbxClient:
         timeout_s: float = 30.0,
         from_offset: int = 0,
     ) -> dict[str, Any]:
+        """``{"matched": true, "line", "offset"}`` for the first line matching ``pattern``,
+        or ``matched`` false when time runs out; TaskNotRunning when the task ended without
+        printing one."""
         deadline = time.monotonic() + timeout_s
+        where = self._task_path(session_id, task_id, "/wait-for")
         while True:
             chunk = max(0.001, min(_SERVER_WAIT_CAP, deadline - time.monotonic()))
-            body = dict(
-                await self._request(
-                    "POST",
-                    f"/sessions/{session_id}/tasks/{task_id}/wait-for",
-                    json={"pattern": pattern, "timeout_s": chunk, "from_offset": from_offset},
-                )
+            body = {"pattern": pattern, "timeout_s": chunk, "from_offset": from_offset}
+            found = dict(await self._json("POST", json=body, **where))
+            if found["matched"] or time.monotonic() >= deadline:
+                return found
+
+    # -- output ---------------------------------------------------------------------------
+
+    async def read_output(
+        self,
+        session_id: str,
+        task_id: str,
+        *,
+        offset: int = 0,
+        limit: int = READ_CHUNK,
+        wait_s: float = 0.0,
+    ) -> Chunk:
+        """Exact bytes from ``offset``; ``wait_s`` waits for some when there are none yet."""
+        wait_s = min(wait_s, _SERVER_WAIT_CAP)
+        params = {"offset": offset, "limit": limit, "wait_s": wait_s, "encoding": "raw"}
+        where = self._task_path(session_id, task_id, "/output")
+        response = await self._request("GET", params=params, **where)
+        try:
+            next_offset = int(response.headers["x-next-offset"])
+            eof = response.headers["x-eof"] == "true"
+        except (KeyError, ValueError) as exc:
+            raise DaemonError(f"the daemon's output answer lacks its offsets ({exc})") from exc
+        return Chunk(response.content, offset, next_offset, eof)
+
+    async def follow_output(
+        self,
+        session_id: str,
+        task_id: str,
+        offset: int = 0,
+        *,
+        follow: bool = True,
+        limit: int = READ_CHUNK,
+    ) -> AsyncIterator[Chunk]:
+        """Output from ``offset`` as it arrives, until the task has ended (``follow``) or
+        until what there is now has been read. Never yields an empty chunk."""
+        wait_s = FOLLOW_WAIT_S if follow else 0.0
+        while True:
+            piece = await self.read_output(
+                session_id, task_id, offset=offset, limit=limit, wait_s=wait_s
             )
-            if body["matched"] or time.monotonic() >= deadline:
-                return body
+            if piece.data:
+                yield piece
+            offset = piece.next_offset
+            if piece.eof or (not piece.data and not follow):
+                return
+
+    async def tail(self, session_id: str, task_id: str, chars: int = 4000) -> str:
+        """The last ``chars`` characters of the output."""
+        where = self._task_path(session_id, task_id, "/tail")
+        return str((await self._json("GET", params={"chars": chars}, **where))["text"])
+
+    # -- events and notifications ---------------------------------------------------------
 
     async def events(
         self, session_id: str, *, after: int = 0, wait_s: float = 0.0, limit: int = 500
     ) -> dict[str, Any]:
-        params = {"after": after, "wait_s": min(wait_s, _SERVER_WAIT_CAP), "limit": limit}
-        return dict(await self._request("GET", f"/sessions/{session_id}/events", params=params))
+        """``{"events": [...], "last_seq", "ended"}``: events after ``after`` as JSON."""
+        wait_s = min(wait_s, _SERVER_WAIT_CAP)
+        params = {"after": after, "wait_s": wait_s, "limit": limit}
+        path = f"/sessions/{session_id}/events"
+        return dict(await self._json("GET", path, params=params, ids=(session_id, None)))
+
+    async def follow_events(
+        self, session_id: str, after: int = 0, *, follow: bool = True
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """Batches of events (as JSON, in seq order) after ``after``: until the session has
+        ended (``follow``, long-polling) or until what there is now has been read."""
+        cursor = after
+        wait_s = FOLLOW_WAIT_S if follow else 0.0
+        while True:
+            body = await self.events(session_id, after=cursor, wait_s=wait_s)
+            batch: list[dict[str, Any]] = body["events"]
+            cursor = max(cursor, int(body["last_seq"]))
+            if batch:
+                yield batch
+                if any(ev.get("type") == "session.ended" for ev in batch):
+                    return
+            elif not follow or body.get("ended"):
+                return
 
     async def notifications(
         self, session_id: str, *, after: int = 0, fmt: str = "xml", wait_s: float = 0.0
     ) -> tuple[Any, int]:
-        params = {"after": after, "format": fmt, "wait_s": min(wait_s, _SERVER_WAIT_CAP)}
-        result = await self._request("GET", f"/sessions/{session_id}/notifications", params=params)
+        """(xml text or list of JSON notifications, last seq they cover)."""
+        wait_s = min(wait_s, _SERVER_WAIT_CAP)
+        params = {"after": after, "format": fmt, "wait_s": wait_s}
+        path = f"/sessions/{session_id}/notifications"
+        response = await self._request("GET", path, params=params, ids=(session_id, None))
         if fmt == "xml":
-            return result.text, int(result.headers["X-Sbx-Last-Seq"])
-        return result["notifications"], int(result["last_seq"])
+            return response.text, int(response.headers["x-sbx-last-seq"])
+        body = response.json()
+        return body["notifications"], int(body["last_seq"])
 
     async def pending(self, session_id: str, consumer: str, fmt: str = "xml") -> dict[str, Any]:
-        return dict(
-            await self._request(
-                "GET",
-                f"/sessions/{session_id}/notifications/pending",
-                params={"consumer": consumer, "format": fmt},
-            )
-        )
+        """Notifications ``consumer`` has not acknowledged: ``{"notifications", "cursor",
+        "acked"}``."""
+        params = {"consumer": consumer, "format": fmt}
+        path = f"/sessions/{session_id}/notifications/pending"
+        return dict(await self._json("GET", path, params=params, ids=(session_id, None)))
 
     async def ack(self, session_id: str, consumer: str, seq: int) -> None:
-        await self._request(
-            "POST",
-            f"/sessions/{session_id}/notifications/ack",
-            json={"consumer": consumer, "seq": seq},
-        )
+        """Record that ``consumer`` delivered everything up to ``seq``."""
+        path = f"/sessions/{session_id}/notifications/ack"
+        body = {"consumer": consumer, "seq": seq}
+        await self._request("POST", path, json=body, ids=(session_id, None))
+
+
+# -- starting a daemon --------------------------------------------------------------------
 
 
 async def ensure_daemon(
@@ -314,15 +383,12 @@ async def ensure_daemon(
         return SbxClient.for_state_dir(state_dir)
     state = state_dir or default_state_dir()
     log_path = state / "daemon" / "daemon.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    cmd = [
-        sys.executable,
-        "-m",
-        "supervisor.interfaces.cli.main",
-        "serve",
-        "--state-dir",
-        str(state),
-    ]
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:  # e.g. the state directory is not writable
+        raise DaemonNotRunning(f"cannot create {log_path.parent}: {exc}") from exc
+    cmd = [sys.executable, "-m", "supervisor.interfaces.cli.main", "serve"]
+    cmd += ["--state-dir", str(state)]
     # Extra `sbx serve` options for daemons started this way (e.g. --stop-tasks-on-exit).
     cmd += shlex.split(os.environ.get("SBX_DAEMON_ARGS", ""))
     proc = await asyncio.to_thread(_spawn, cmd, log_path)
@@ -343,15 +409,11 @@ async def ensure_daemon(
 
 
 async def _answers(state_dir: Path | None) -> bool:
-    """Whether the daemon of ``state_dir`` answers. The client callers use is built only
-    afterwards: a daemon writes its admin token before it listens, so a client built before
-    the daemon answered could lack the token (and get 401 from a daemon it just started)."""
-    async with SbxClient.for_state_dir(state_dir) as probe:
-        try:
-            await probe.healthz()
-        except DaemonNotRunning:
-            return False
-    return True
+    """Whether the daemon of ``state_dir`` accepts connections. The client callers use is
+    built only afterwards: a daemon writes its admin token before it listens, so a client
+    built before the daemon answered could lack the token (and get 401 from a daemon it
+    just started)."""
+    return await SbxClient.for_state_dir(state_dir).reachable()
 
 
 def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
@@ -360,7 +422,3 @@ def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             cmd, stdout=log_fh, stderr=log_fh, stdin=subprocess.DEVNULL, start_new_session=True
         )
-
-
-def load_json(path: Path) -> dict[str, Any]:
-    return dict(json.loads(path.read_text()))

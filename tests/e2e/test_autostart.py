@@ -1,11 +1,10 @@
 """The CLI's automatic daemon start hands out a client that carries the admin token, also
-when the daemon comes up between building a client and asking it whether it answers."""
+when the daemon comes up between building a client and asking it whether it listens."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -36,10 +35,10 @@ async def test_client_from_autostart_has_the_token_written_while_it_waited(
         monkeypatch.delenv(name, raising=False)
     state = tmp_path / "state"
     started: list[Daemon] = []
-    real_healthz = SbxClient.healthz
+    real_reachable = SbxClient.reachable
     calls = 0
 
-    async def healthz(self: SbxClient) -> dict[str, Any]:
+    async def reachable(self: SbxClient) -> bool:
         nonlocal calls
         calls += 1
         if calls == 2:
@@ -47,9 +46,9 @@ async def test_client_from_autostart_has_the_token_written_while_it_waited(
             # its token; the daemon comes up now, before the client asks.
             assert not (state / "daemon" / "admin.token").exists()
             started.append(await asyncio.to_thread(start_daemon, state, policies_dir))
-        return await real_healthz(self)
+        return await real_reachable(self)
 
-    monkeypatch.setattr(SbxClient, "healthz", healthz)
+    monkeypatch.setattr(SbxClient, "reachable", reachable)
     monkeypatch.setattr(client_mod, "_spawn", lambda cmd, log_path: _Spawned())
     try:
         client = await ensure_daemon(state, quiet=True)

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -162,7 +163,7 @@ def test_foreground_timeout_exits_124(cli: Daemon) -> None:
     started = time.monotonic()
     result = sbx(cli, "run", "--policy", "fast", "--timeout", "1s", "--", "sleep", "10")
     assert result.returncode == 124, result.stderr
-    assert b"timed out after 1s" in result.stderr
+    assert b"was killed: it reached its timeout (1s)" in result.stderr
     assert time.monotonic() - started < 9
 
 
@@ -330,6 +331,37 @@ def test_unknown_task_is_a_clear_error(cli: Daemon) -> None:
         lines = result.stderr.decode().splitlines()
         assert len(lines) == 1, lines
         assert lines[0].startswith("sbx: error: no task 'bg-00000000' in ")
+
+
+def test_over_loopback_tcp_with_sbx_url_and_token(cli: Daemon) -> None:
+    """$SBX_URL and $SBX_TOKEN point the CLI at the daemon's TCP listener (no autostart);
+    a wrong token and a port nobody listens on are one-line errors."""
+    assert cli.tcp is not None
+    port = cli.tcp.rsplit(":", 1)[1]
+    tcp = {**cli.env, "SBX_URL": f"http://localhost:{port}", "SBX_TOKEN": cli.token}
+
+    def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [*SBX, *args], env=env, input=b"", capture_output=True, timeout=120, check=False
+        )
+
+    tid = ok(run(tcp, "run", "--bg", "--policy", "fast", "--", "echo over tcp")).splitlines()[0]
+    assert ok(run(tcp, "wait", tid)) == f"{tid} completed, exit code 0\n"
+    assert ok(run(tcp, "logs", tid)) == "over tcp\n"
+    [task] = json.loads(ok(run(tcp, "ps", "--json")))
+    assert task["task_id"] == tid
+
+    refused = run({**tcp, "SBX_TOKEN": "not-the-token"}, "ps")
+    assert refused.returncode == 1
+    assert refused.stderr == b"sbx: error: missing or invalid bearer token\n"
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        nobody = free.getsockname()[1]
+    gone = run({**tcp, "SBX_URL": f"http://127.0.0.1:{nobody}"}, "ps")
+    assert gone.returncode == 1
+    [line] = gone.stderr.decode().splitlines()
+    assert line.startswith("sbx: error: cannot reach the daemon or start one: http://127.0.0.1:")
 
 
 def _subcommands() -> list[list[str]]:

@@ -705,7 +705,8 @@ def test_healthz_and_openapi(daemon: Daemon) -> None:
 
 async def test_sbx_client_round_trip(daemon: Daemon) -> None:
     """The project's own async client (what the CLI and MCP server use) against the daemon."""
-    from supervisor.interfaces.client import ApiError, SbxClient  # noqa: PLC0415
+    from supervisor.core.errors import TaskNotRunning, Unauthorized  # noqa: PLC0415
+    from supervisor.interfaces.client import SbxClient  # noqa: PLC0415
 
     async with SbxClient(socket_path=daemon.socket, token=daemon.token) as admin:
         assert (await admin.healthz())["engine"]["ok"] is True
@@ -723,16 +724,17 @@ async def test_sbx_client_round_trip(daemon: Daemon) -> None:
         final = await c.wait("client", tid, timeout_s=60)
         assert final["timed_out"] is False
         assert final["task"]["status"] == "completed"
-        followed = b"".join([chunk async for chunk in c.follow_output("client", tid)])
+        followed = b"".join([chunk.data async for chunk in c.follow_output("client", tid)])
         assert followed == b"ready\ngot bytes\n"
         assert await c.tail("client", tid, chars=6) == "bytes\n"
-        data, nxt, eof = await c.output_raw("client", tid, offset=6)
-        assert (data, nxt, eof) == (b"got bytes\n", 16, True)
+        data, offset, nxt, eof = await c.read_output("client", tid, offset=6)
+        assert (data, offset, nxt, eof) == (b"got bytes\n", 6, 16, True)
         assert [t["task_id"] for t in await c.tasks("client", active=True)] == []
-        with pytest.raises(ApiError) as stopped:
+        with pytest.raises(TaskNotRunning) as stopped:
             await c.stop("client", tid)
         assert (stopped.value.status, stopped.value.code) == (409, "task_not_running")
         assert stopped.value.body["error"]["task"]["status"] == "completed"
+        assert stopped.value.info.status == "completed"
 
         xml, last = await c.notifications("client", fmt="xml")
         assert "<status>completed</status>" in xml
@@ -750,6 +752,6 @@ async def test_sbx_client_round_trip(daemon: Daemon) -> None:
 
         ended = await c.end_session("client")
         assert ended == {"session_id": "client", "ended": True, "tasks_stopped": 0}
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(Unauthorized) as refused:
             await c.tasks("client")
         assert (refused.value.status, refused.value.code) == (401, "unauthorized")

@@ -1,29 +1,15 @@
-"""Shared helpers for CLI subcommands: output formatting, durations, errors."""
+"""Shared helpers for CLI subcommands: option types, output formatting, errors."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
-
-
-def parse_duration_ms(text: str, *, default_unit: str = "s") -> int:
-    """``500ms``, ``30s``, ``5m``, ``1h`` (bare numbers use ``default_unit``) -> milliseconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"invalid duration {text!r}: use a number with ms, s, m or h (e.g. 500ms, 30s, 5m, 1h)"
-        )
-    value = int(float(match.group(1)) * _UNIT_MS[match.group(2) or default_unit])
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be at least 1ms")
-    return value
+from supervisor.core.errors import SpecError
+from supervisor.core.text import parse_duration_ms
 
 
 def nonnegative_int(what: str) -> Callable[[str], int]:
@@ -41,14 +27,19 @@ def nonnegative_int(what: str) -> Callable[[str], int]:
     return parse
 
 
-def duration_s(text: str) -> float:
-    """argparse type: a duration in seconds (float)."""
-    return parse_duration_ms(text) / 1000
-
-
 def duration_ms(text: str) -> int:
-    """argparse type: a duration in milliseconds."""
-    return parse_duration_ms(text)
+    """argparse type: a duration (``500ms``, ``30s``, ``5m``, ``1h``; bare numbers are
+    seconds) in milliseconds. A bad or huge one is a usage error naming the option."""
+    try:
+        return parse_duration_ms(text, "duration")
+    except SpecError as exc:
+        # argparse puts "argument --timeout: " in front; the problem says the rest.
+        raise argparse.ArgumentTypeError(exc.problem) from None
+
+
+def duration_s(text: str) -> float:
+    """argparse type: a duration in seconds (whole milliseconds, at least 1ms)."""
+    return duration_ms(text) / 1000
 
 
 def want_plain(args: argparse.Namespace) -> bool:

@@ -10,7 +10,6 @@ from typing import Any
 
 from supervisor.core.paths import default_state_dir
 from supervisor.interfaces.cli.common import HelpFormatter, fail, print_json, print_table
-from supervisor.tooling.doctor import run_checks
 
 EPILOG = """\
 Checks: the engine answers (honours DOCKER_HOST); runc and runsc are registered and a
@@ -29,6 +28,9 @@ examples:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    # Here, not at the top: it loads the docker SDK, which no other command needs at start.
+    from supervisor.tooling.doctor import run_checks  # noqa: PLC0415
+
     state_dir = args.state_dir or default_state_dir()
     report = asyncio.run(
         run_checks(state_dir=state_dir, policies_dir=args.policies_dir, probe=not args.no_probe)

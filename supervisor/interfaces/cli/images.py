@@ -6,18 +6,18 @@ import argparse
 import shutil
 import signal
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from supervisor.core.errors import SupervisorError
 from supervisor.interfaces.cli.common import HelpFormatter, fail, print_json, print_table
-from supervisor.tooling.images import (
-    IMAGES,
-    BuildProgress,
-    BuildResult,
-    connect,
-    image_status,
-)
-from supervisor.tooling.images import build as build_image
+
+if TYPE_CHECKING:
+    from supervisor.tooling.images import BuildProgress, BuildResult
+
+#: The images ``supervisor.tooling.images.IMAGES`` builds, for the help texts. Spelled out
+#: here so that registering the command does not import the builder (and the docker SDK)
+#: on every ``sbx`` start; a unit test keeps the two equal.
+IMAGES: tuple[str, ...] = ("minimal", "debian", "dev")
 
 IMAGES_EPILOG = """\
 examples:
@@ -102,6 +102,9 @@ class BuildDisplay:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from supervisor.tooling.images import build as build_image  # noqa: PLC0415
+    from supervisor.tooling.images import connect  # noqa: PLC0415
+
     unknown = [n for n in args.names if n not in IMAGES]
     if unknown:
         return fail(f"unknown image {', '.join(unknown)}; known images: {', '.join(IMAGES)}", 2)
@@ -149,6 +152,8 @@ def _human_size(size: int | None) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from supervisor.tooling.images import connect, image_status  # noqa: PLC0415
+
     try:
         client = connect()
         try:

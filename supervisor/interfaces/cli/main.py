@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from supervisor.interfaces.cli.common import HelpFormatter
 
 #: Subcommand modules, in help order. Each has ``register(subparsers)`` which sets
-#: ``func(args) -> int`` on its parser(s).
+#: ``func(args) -> int`` on its parser(s). Every one is imported on every start, so they
+#: import nothing heavy at the top (docker, FastAPI, uvicorn, pydantic models): a command
+#: imports what it needs when it runs.
 _MODULES = (
     "supervisor.interfaces.cli.run",
     "supervisor.interfaces.cli.tasks",
@@ -61,9 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    from supervisor.core.logs import configure_logging  # noqa: PLC0415
+    if getattr(args, "configure_logging", True):
+        # Only for commands that log (serve, mcp, images, doctor): the daemon's clients log
+        # nothing, and structlog is a noticeable share of their start-up time.
+        from supervisor.core.logs import configure_logging  # noqa: PLC0415
 
-    configure_logging(args.log_level)
+        configure_logging(args.log_level)
     try:
         return int(func(args) or 0)
     except KeyboardInterrupt:

@@ -6,11 +6,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from supervisor.core.errors import PolicyError
-from supervisor.core.policy import Policy, PolicySet, default_policies_dir
 from supervisor.interfaces.cli.common import HelpFormatter, fail, print_json, print_table
+
+if TYPE_CHECKING:
+    from supervisor.core.policy import Policy, PolicySet
 
 POLICIES_EPILOG = """\
 A policy is a named, validated set of isolation settings and limits, one file per policy
@@ -45,6 +47,9 @@ examples:
 
 
 def _load(args: argparse.Namespace) -> PolicySet:
+    # Here, not at the top: `sbx --help` and the other commands need no policy models.
+    from supervisor.core.policy import PolicySet, default_policies_dir  # noqa: PLC0415
+
     directory: Path | None = args.policies_dir
     if directory is None:
         directory = default_policies_dir()

@@ -10,8 +10,10 @@ import shlex
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from supervisor.core.errors import StdinClosed, SupervisorError, TaskNotRunning
+from supervisor.core.text import end_clause
 from supervisor.interfaces.cli.common import (
     HelpFormatter,
     duration_ms,
@@ -22,13 +24,15 @@ from supervisor.interfaces.cli.common import (
 from supervisor.interfaces.cli.remote import (
     CliError,
     add_daemon_options,
-    api_message,
     call,
     ensure_session,
+    error_message,
     session_id,
     wait_started,
 )
-from supervisor.interfaces.client import ApiError, SbxClient
+
+if TYPE_CHECKING:
+    from supervisor.interfaces.client import SbxClient, TaskJson
 
 #: Exit statuses in the foreground, as timeout(1) and docker run use them.
 EXIT_TIMEOUT = 124
@@ -195,15 +199,15 @@ async def _run(client: SbxClient, args: argparse.Namespace) -> int:
     await ensure_session(client, sid)
     try:
         info = await client.start(sid, _spec(args))
-    except ApiError as exc:
-        raise CliError(f"the task did not start: {api_message(exc)}", EXIT_START_FAILED) from exc
+    except SupervisorError as exc:
+        raise CliError(f"the task did not start: {error_message(exc)}", EXIT_START_FAILED) from exc
     if args.bg or args.monitor:
         _print_started(info, args)
         return 0
-    return await _foreground(client, sid, info, args)
+    return await _foreground(client, sid, info)
 
 
-def _print_started(info: dict[str, Any], args: argparse.Namespace) -> None:
+def _print_started(info: TaskJson, args: argparse.Namespace) -> None:
     if args.json:
         print_json(info)
     elif want_plain(args):
@@ -221,33 +225,22 @@ def _print_started(info: dict[str, Any], args: argparse.Namespace) -> None:
 # -- foreground ---------------------------------------------------------------------------
 
 
-def exit_status(info: dict[str, Any]) -> tuple[int, str | None]:
+def exit_status(info: TaskJson) -> tuple[int, str | None]:
     """The exit status for a final TaskInfo, and a line for stderr when it did not just exit."""
-    tid = info["task_id"]
     reason = info.get("reason")
     if reason == "exit":
-        code = info.get("exit_code")
-        return (int(code) if code is not None else 0), None
+        exit_code = info.get("exit_code")
+        return (int(exit_code) if exit_code is not None else 0), None
     if reason in ("timeout", "idle_timeout"):
-        limit = info.get("timeout_ms") if reason == "timeout" else None
-        after = f" after {limit / 1000:g}s" if limit else ""
-        what = "timed out" if reason == "timeout" else "printed nothing for too long"
-        return EXIT_TIMEOUT, f"task {tid} {what}{after}; stopped"
-    if reason is None:
-        why = info.get("error") or "it never ran"
-        return EXIT_START_FAILED, f"task {tid} failed to start: {why}"
-    detail = {
-        "user_stopped": "was stopped",
-        "session_ended": "was stopped: its session ended",
-        "oom_killed": "was killed: out of memory",
-        "lost": f"was lost: {info.get('error') or 'its container vanished'}",
-    }.get(str(reason), f"ended: {reason}")
-    return EXIT_KILLED, f"task {tid} {detail}"
+        status = EXIT_TIMEOUT
+    elif reason is None:
+        status = EXIT_START_FAILED
+    else:
+        status = EXIT_KILLED
+    return status, f"task {info['task_id']} {end_clause(info)}"
 
 
-async def _foreground(
-    client: SbxClient, sid: str, info: dict[str, Any], args: argparse.Namespace
-) -> int:
+async def _foreground(client: SbxClient, sid: str, info: TaskJson) -> int:
     tid = str(info["task_id"])
     loop = asyncio.get_running_loop()
     signals: list[int] = []
@@ -277,9 +270,7 @@ async def _foreground(
         for sig in handled:
             loop.remove_signal_handler(sig)
         if forward is not None:
-            forward.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await forward
+            await _cancel_forwarding(forward, tid)
     if signals:
         sys.stderr.write(f"sbx: stopping task {tid}\n")
         await _stop_quietly(client, sid, tid)
@@ -292,24 +283,36 @@ async def _foreground(
 
 
 async def _stop_quietly(client: SbxClient, sid: str, tid: str) -> None:
-    with contextlib.suppress(ApiError):  # 409: it ended on its own meanwhile
+    """Stop the task on our way out; say so if that fails (the exit status stays ours)."""
+    try:
         await client.stop(sid, tid)
+    except TaskNotRunning:
+        pass  # it ended on its own meanwhile: nothing to stop
+    except SupervisorError as exc:
+        sys.stderr.write(f"sbx: could not stop task {tid}: {error_message(exc)}\n")
+
+
+async def _cancel_forwarding(forward: asyncio.Task[None], tid: str) -> None:
+    """Stop forwarding stdin; a failure it met on the way is said, not raised (the output
+    and the exit status are what this command reports)."""
+    forward.cancel()
+    try:
+        await forward
+    except asyncio.CancelledError:
+        pass  # what we asked for
+    except SupervisorError as exc:
+        sys.stderr.write(f"sbx: could not forward stdin to task {tid}: {error_message(exc)}\n")
 
 
 async def _stream_output(client: SbxClient, sid: str, tid: str) -> None:
     """Copy the output to stdout as it arrives, exact bytes, until the task has ended."""
     out = sys.stdout.buffer
-    offset = 0
-    while True:
-        data, offset, eof = await client.output_raw(sid, tid, offset=offset, wait_s=25.0)
-        if data:
-            out.write(data)
-            out.flush()
-        if eof:
-            return
+    async for piece in client.follow_output(sid, tid):
+        out.write(piece.data)
+        out.flush()
 
 
-async def _forward_stdin(client: SbxClient, sid: str, info: dict[str, Any]) -> None:
+async def _forward_stdin(client: SbxClient, sid: str, info: TaskJson) -> None:
     """Send what arrives on our stdin to the task; EOF when ours ends."""
     tid = str(info["task_id"])
     loop = asyncio.get_running_loop()
@@ -323,7 +326,7 @@ async def _forward_stdin(client: SbxClient, sid: str, info: dict[str, Any]) -> N
             try:
                 chunk = os.read(fd, 65536)
             except OSError:
-                chunk = b""
+                chunk = b""  # our stdin failed (closed terminal): the task gets EOF, as at its end
             try:
                 loop.call_soon_threadsafe(queue.put_nowait, chunk)
             except RuntimeError:  # the loop has closed: sbx is exiting
@@ -334,14 +337,14 @@ async def _forward_stdin(client: SbxClient, sid: str, info: dict[str, Any]) -> N
     try:
         sys.stdin.fileno()
     except (OSError, ValueError):
-        return
+        return  # no stdin to forward (closed or replaced): the task just gets none
     threading.Thread(target=reader, name="sbx-stdin", daemon=True).start()
     await wait_started(client, sid, info)
     while True:
         chunk = await queue.get()
         try:
             await client.send_input(sid, tid, data=chunk, eof=not chunk)
-        except ApiError:
+        except (TaskNotRunning, StdinClosed):
             return  # the task ended or closed its stdin: nothing more to send
         if not chunk:
             return

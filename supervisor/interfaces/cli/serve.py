@@ -7,7 +7,6 @@ from pathlib import Path
 
 from supervisor.core.paths import default_state_dir
 from supervisor.interfaces.cli.common import HelpFormatter
-from supervisor.interfaces.daemon.serve import DaemonSettings, main_serve
 
 EPILOG = """\
 examples:
@@ -87,6 +86,9 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: FastAPI, uvicorn and the runtime are for this command alone.
+    from supervisor.interfaces.daemon.serve import DaemonSettings, main_serve  # noqa: PLC0415
+
     settings = DaemonSettings(
         state_dir=args.state_dir or default_state_dir(),
         policies_dir=args.policies_dir,

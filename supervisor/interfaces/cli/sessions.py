@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
+from supervisor.core.errors import NotFound, SessionNotFound
 from supervisor.interfaces.cli.common import (
     HelpFormatter,
     nonnegative_int,
@@ -22,10 +23,10 @@ from supervisor.interfaces.cli.remote import (
     format_time,
     session_id,
 )
-from supervisor.interfaces.client import ApiError, SbxClient
+from supervisor.interfaces.client import FOLLOW_WAIT_S
 
-#: Server-side long-poll per request while following (the server caps it at 300 s).
-FOLLOW_WAIT_S = 25.0
+if TYPE_CHECKING:
+    from supervisor.interfaces.client import SbxClient
 
 EVENTS_EPILOG = """\
 json: one event a line (task.started, task.output, task.poll, task.stalled, task.stopped,
@@ -138,36 +139,27 @@ _seq = nonnegative_int("an event seq number")
 async def _events(client: SbxClient, args: argparse.Namespace) -> int:
     sid = session_id(args)
     await ensure_session(client, sid)
-    cursor = args.since
-    wait_s = FOLLOW_WAIT_S if args.follow else 0.0
-    while True:
-        try:
-            if args.format == "xml":
-                cursor, ended = await _xml_batch(client, sid, cursor, wait_s)
-            else:
-                cursor, ended = await _json_batch(client, sid, cursor, wait_s)
-        except ApiError as exc:
-            if exc.status == 404 and args.follow:
-                return 0  # the session ended and the daemon let go of it
+    try:
+        if args.format == "xml":
+            await _xml_events(client, sid, args.since, args.follow)
+        else:
+            async for batch in client.follow_events(sid, args.since, follow=args.follow):
+                for ev in batch:
+                    sys.stdout.write(json.dumps(ev) + "\n")
+                sys.stdout.flush()
+    except (SessionNotFound, NotFound):
+        if not args.follow:
             raise
+        # Following: the session ended and the daemon let go of it; that is the end.
+    return 0
+
+
+async def _xml_events(client: SbxClient, sid: str, cursor: int, follow: bool) -> None:
+    wait_s = FOLLOW_WAIT_S if follow else 0.0
+    while True:
+        cursor, ended = await _xml_batch(client, sid, cursor, wait_s)
         if ended:
-            return 0
-
-
-async def _json_batch(client: SbxClient, sid: str, cursor: int, wait_s: float) -> tuple[int, bool]:
-    """Print the next batch; (new cursor, nothing more will come for this call's purpose)."""
-    body = await client.events(sid, after=cursor, wait_s=wait_s)
-    events: list[dict[str, Any]] = body["events"]
-    for ev in events:
-        sys.stdout.write(json.dumps(ev) + "\n")
-    sys.stdout.flush()
-    new_cursor = int(body["last_seq"])
-    if any(ev.get("type") == "session.ended" for ev in events):
-        return new_cursor, True
-    if events:
-        return new_cursor, False
-    # Nothing new: done unless following a session that is still open.
-    return new_cursor, wait_s == 0 or bool(body.get("ended"))
+            return
 
 
 async def _xml_batch(client: SbxClient, sid: str, cursor: int, wait_s: float) -> tuple[int, bool]:
@@ -214,10 +206,8 @@ async def _session_end(client: SbxClient, args: argparse.Namespace) -> int:
     sid = args.session_arg or session_id(args)
     try:
         body = await client.end_session(sid)
-    except ApiError as exc:
-        if exc.status == 404:
-            raise CliError(f"no open session {sid!r}") from exc
-        raise
+    except (SessionNotFound, NotFound) as exc:
+        raise CliError(f"no open session {sid!r}") from exc
     if args.json:
         print_json(body)
     else:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
+from supervisor.core.errors import NotFound, SessionNotFound, TaskNotRunning
+from supervisor.core.text import format_elapsed, outcome_short
 from supervisor.interfaces.cli.common import (
     HelpFormatter,
     duration_s,
@@ -21,21 +24,17 @@ from supervisor.interfaces.cli.common import (
 from supervisor.interfaces.cli.remote import (
     CliError,
     add_daemon_options,
-    api_message,
     call,
     describe_end,
-    end_phrase,
-    format_ms,
     locate_task,
     one_line,
-    outcome,
     session_id,
     wait_started,
 )
-from supervisor.interfaces.client import ApiError, SbxClient
+from supervisor.interfaces.client import READ_CHUNK
 
-#: Bytes per read of the output file.
-READ_CHUNK = 1 << 20
+if TYPE_CHECKING:
+    from supervisor.interfaces.client import SbxClient, TaskJson
 
 PS_EPILOG = """\
 Columns: TASK, SESSION, STATUS (starting, running, stopping, completed, failed, killed),
@@ -188,13 +187,11 @@ async def _ps(client: SbxClient, args: argparse.Namespace) -> int:
         sids = [str(s["session_id"]) for s in await client.sessions()]
     else:
         sids = [session_id(args)]
-    tasks: list[dict[str, Any]] = []
+    tasks: list[TaskJson] = []
     for sid in sids:
-        try:
+        # A session nobody used yet has no tasks (and the daemon does not know it).
+        with contextlib.suppress(SessionNotFound, NotFound):
             tasks += await client.tasks(sid, active=args.active)
-        except ApiError as exc:
-            if exc.status != 404:  # a session nobody used yet has no tasks
-                raise
     tasks.sort(key=lambda t: (t.get("created_at") or 0, t["task_id"]))
     if args.json:
         print_json(tasks)
@@ -206,8 +203,8 @@ async def _ps(client: SbxClient, args: argparse.Namespace) -> int:
             t["task_id"],
             t["session_id"],
             t["status"],
-            outcome(t),
-            format_ms(t.get("running_ms")),
+            outcome_short(t),
+            format_elapsed(t.get("running_ms")),
             t.get("description") or t["command"],
         ]
         for t in tasks
@@ -240,10 +237,11 @@ async def _read_until(
     offset, eof = start, False
     while end is None or offset < end:
         limit = READ_CHUNK if end is None else min(READ_CHUNK, end - offset)
-        data, offset, eof = await client.output_raw(sid, tid, offset=offset, limit=limit)
-        if not data:
+        piece = await client.read_output(sid, tid, offset=offset, limit=limit)
+        offset, eof = piece.next_offset, piece.eof
+        if not piece.data:
             break
-        parts.append(data)
+        parts.append(piece.data)
     return b"".join(parts), offset, eof
 
 
@@ -260,16 +258,13 @@ def _last_lines_start(data: bytes, lines: int) -> int | None:
     return pos + 1
 
 
-async def _tail(
-    client: SbxClient, sid: str, info: dict[str, Any], lines: int
-) -> tuple[bytes, int, bool]:
+async def _tail(client: SbxClient, sid: str, info: TaskJson, lines: int) -> tuple[bytes, int, bool]:
     """The last ``lines`` lines, read backwards from the end in growing steps."""
     tid = str(info["task_id"])
     # output_bytes counts the command's bytes; the file can only be longer (gap markers),
     # and reading forward from the guess picks up the rest.
-    size_guess = int(info.get("output_bytes") or 0)
     step = 64 * 1024
-    start = max(0, size_guess - step)
+    start = max(0, int(info.get("output_bytes") or 0) - step)
     data, next_offset, eof = await _read_until(client, sid, tid, start, None)
     while True:
         cut = _last_lines_start(data, lines)
@@ -283,7 +278,7 @@ async def _tail(
         data, start = head + data, earlier
 
 
-def _json_chunk(info: dict[str, Any], data: bytes, offset: int, next_offset: int, eof: bool) -> str:
+def _json_chunk(info: TaskJson, data: bytes, offset: int, next_offset: int, eof: bool) -> str:
     try:
         text, lossy = data.decode("utf-8"), False
     except UnicodeDecodeError:
@@ -315,25 +310,15 @@ async def _logs(client: SbxClient, args: argparse.Namespace) -> int:
         data, offset, eof = await _tail(client, sid, info, args.tail)
         if data:
             _emit(info, data, offset - len(data), offset, eof, as_json=args.json)
-        if not args.follow:
+        if not args.follow or eof:
             return 0
     # Without -f: what is there now. With -f: long-poll for more until the task has ended.
-    wait_s = 25.0 if args.follow else 0.0
-    while not eof:
-        begin = offset
-        data, offset, eof = await client.output_raw(
-            sid, tid, offset=offset, limit=READ_CHUNK, wait_s=wait_s
-        )
-        if data:
-            _emit(info, data, begin, offset, eof, as_json=args.json)
-        elif not args.follow:
-            break
+    async for piece in client.follow_output(sid, tid, offset, follow=args.follow):
+        _emit(info, piece.data, piece.offset, piece.next_offset, piece.eof, as_json=args.json)
     return 0
 
 
-def _emit(
-    info: dict[str, Any], data: bytes, start: int, end: int, eof: bool, *, as_json: bool
-) -> None:
+def _emit(info: TaskJson, data: bytes, start: int, end: int, eof: bool, *, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(_json_chunk(info, data, start, end, eof) + "\n")
         sys.stdout.flush()
@@ -349,13 +334,11 @@ async def _stop(client: SbxClient, args: argparse.Namespace) -> int:
     sid, info = await locate_task(client, args, args.task_id)
     try:
         final = await client.stop(sid, str(info["task_id"]))
-    except ApiError as exc:
-        ended = exc.body.get("error", {}).get("task") if exc.status == 409 else None
-        if isinstance(ended, dict):
-            if args.json:
-                print_json(ended)
-            raise CliError(f"task {args.task_id} had already ended ({end_phrase(ended)})") from exc
-        raise
+    except TaskNotRunning as exc:
+        if args.json:
+            print_json(exc.info.model_dump(mode="json"))
+        ended = exc.info.describe_end()
+        raise CliError(f"task {args.task_id} had already ended ({ended})") from exc
     if args.json:
         print_json(final)
     else:
@@ -375,13 +358,8 @@ async def _input(client: SbxClient, args: argparse.Namespace) -> int:
         )
     sid, info = await locate_task(client, args, args.task_id)
     # A task still being created has no stdin attached yet; the daemon would refuse.
-    await wait_started(client, sid, info)
-    try:
-        await client.send_input(sid, str(info["task_id"]), data=data, eof=args.eof)
-    except ApiError as exc:
-        if exc.status == 409:
-            raise CliError(api_message(exc)) from exc
-        raise
+    info = await wait_started(client, sid, info)
+    await client.send_input(sid, str(info["task_id"]), data=data, eof=args.eof)
     return 0
 
 
@@ -401,25 +379,14 @@ async def _wait(client: SbxClient, args: argparse.Namespace) -> int:
     sid, info = await locate_task(client, args, args.task_id)
     tid = str(info["task_id"])
     if args.pattern is None:
-        body = await client.wait(sid, tid, timeout_s=args.timeout)
-        task = body["task"]
-        if args.json:
-            print_json(task if not body["timed_out"] else body)
-        if body["timed_out"]:
-            sys.stderr.write(f"sbx: task {tid} is still {task['status']} after {args.timeout:g}s\n")
-            return 1
-        if not args.json:
-            sys.stdout.write(describe_end(task) + "\n")
-        return 0
+        return await _wait_end(client, sid, tid, args)
     try:
         found = await client.wait_for(sid, tid, args.pattern, timeout_s=args.timeout)
-    except ApiError as exc:
-        if exc.status == 409:
-            if args.json:
-                print_json({"matched": False, "timed_out": False, "ended": True, **exc.body})
-            sys.stderr.write(f"sbx: {api_message(exc)}\n")
-            return 2
-        raise
+    except TaskNotRunning as exc:
+        if args.json:
+            print_json({"matched": False, "timed_out": False, "ended": True, **exc.body})
+        sys.stderr.write(f"sbx: {exc}\n")
+        return 2
     if args.json:
         print_json(found)
     if not found["matched"]:
@@ -429,4 +396,18 @@ async def _wait(client: SbxClient, args: argparse.Namespace) -> int:
         return 1
     if not args.json:
         sys.stdout.write(str(found["line"]) + "\n")
+    return 0
+
+
+async def _wait_end(client: SbxClient, sid: str, tid: str, args: argparse.Namespace) -> int:
+    """Without --pattern: until the task ends (0) or time runs out (1)."""
+    body = await client.wait(sid, tid, timeout_s=args.timeout)
+    task = body["task"]
+    if args.json:
+        print_json(task if not body["timed_out"] else body)
+    if body["timed_out"]:
+        sys.stderr.write(f"sbx: task {tid} is still {task['status']} after {args.timeout:g}s\n")
+        return 1
+    if not args.json:
+        sys.stdout.write(describe_end(task) + "\n")
     return 0

@@ -1,0 +1,392 @@
+"""One MCP connection's session on the daemon: what each tool does, the exactly-once
+notification drain, and the follower that mirrors notifications as MCP log messages.
+
+Notifications reach the agent two ways:
+
+* appended to EVERY tool result as ``<task-notification>`` / ``<background_task_poll>`` /
+  ``<task-output>`` blocks, drained through the daemon's per-consumer cursor
+  (``/notifications/pending`` then ``/notifications/ack``). This is the exactly-once channel.
+* as MCP log notifications (``notifications/message``) while they happen, from a background
+  task following the session's events. Best-effort: a client may drop or hide them.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import anyio
+from mcp import types
+from mcp.server.mcpserver import Context
+from mcp.server.session import ServerSession
+
+from supervisor.core.errors import (
+    InvalidRequest,
+    NotFound,
+    SessionNotFound,
+    SpecError,
+    SupervisorError,
+    TaskNotRunning,
+    make_error,
+)
+from supervisor.core.events import EVENT_ADAPTER, NOTIFY_TYPES, TaskFailed, TaskStalled, TaskStopped
+from supervisor.core.models import TaskInfo
+from supervisor.core.render import render_xml
+from supervisor.core.text import describe_end, utf8_safe_end
+from supervisor.interfaces.client import SbxClient, task_info
+from supervisor.interfaces.mcp import texts
+from supervisor.interfaces.mcp.texts import (
+    HEAD_CHARS,
+    MAX_OUTPUT_CHARS,
+    NOTIFY_MAX_CHARS,
+    READ_BYTES,
+)
+
+#: Extra time a foreground wait allows after the command's timeout (grace period, removal).
+FOREGROUND_SLACK_S: Final = 30.0
+#: How long stopping a cancelled foreground command may take.
+STOP_TIMEOUT_S: Final = 30.0
+#: Pause before following events again after the daemon failed to answer.
+RETRY_S: Final = 1.0
+_LOG_LEVELS: Final[tuple[types.LoggingLevel, ...]] = (
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+)
+
+
+def warn(message: str) -> None:
+    """Diagnostics go to stderr: stdout carries the protocol."""
+    sys.stderr.write(f"sbx mcp: {message}\n")
+    sys.stderr.flush()
+
+
+def _level_for(ev: Any) -> types.LoggingLevel:
+    if isinstance(ev, TaskFailed):
+        return "error"
+    if isinstance(ev, TaskStalled):
+        return "warning"
+    if isinstance(ev, TaskStopped):
+        return "notice"
+    return "info"
+
+
+def _decode(data: bytes, final: bool) -> tuple[str, int]:
+    """UTF-8 text of ``data`` and how many bytes it covers: an incomplete character at the
+    end of a read that is not final is left for the next read instead of becoming U+FFFD."""
+    used = len(data) if final else utf8_safe_end(data)
+    return data[:used].decode("utf-8", "replace"), used
+
+
+class SessionBridge:
+    """One MCP connection's session on the daemon (see the module docstring)."""
+
+    def __init__(self, client: SbxClient, session_id: str, policy: str | None = None) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.policy = policy
+        self.consumer = f"mcp-{session_id}"
+        #: Foreground tasks: their result is the tool result itself, so their lifecycle
+        #: notifications are acknowledged but not shown again.
+        self.foreground: set[str] = set()
+        self.min_log_level: types.LoggingLevel = "debug"
+        self._mcp_session: ServerSession | None = None
+        self._drain_lock = anyio.Lock()
+        self._ended = False
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def attach(self, session: ServerSession) -> None:
+        """Remember the connection's session so the follower can send log notifications."""
+        if self._mcp_session is None:
+            self._mcp_session = session
+
+    async def run_tool(
+        self, ctx: Context, action: Callable[[], Awaitable[str]]
+    ) -> types.CallToolResult:
+        """Run one tool body; its failures become tool errors; notifications are appended."""
+        self.attach(ctx.session)
+        is_error = False
+        try:
+            text = await action()
+        except SupervisorError as exc:
+            text, is_error = texts.error_text(exc), True
+        notes = await self.drain()
+        if notes:
+            text = f"{text}\n\n{notes}"
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], is_error=is_error
+        )
+
+    async def drain(self) -> str:
+        """Pending notification blocks for this connection, each exactly once.
+
+        Reads what the consumer has not acknowledged, keeps what fits, acknowledges exactly
+        what is kept, and returns it. Serialized: parallel tool calls never share a block.
+        If the acknowledgement fails nothing is returned, so it all comes again next time."""
+        async with self._drain_lock:
+            try:
+                body = await self.client.pending(self.session_id, self.consumer, fmt="xml")
+            except SupervisorError as exc:
+                warn(f"could not fetch notifications (they come with a later result): {exc}")
+                return ""
+            shown = [
+                item
+                for item in body["notifications"]
+                if item.get("xml") and item.get("task_id") not in self.foreground
+            ]
+            blocks, ack = self._fit(shown, acked=int(body["acked"]), cursor=int(body["cursor"]))
+            if ack > int(body["acked"]):
+                try:
+                    await self.client.ack(self.session_id, self.consumer, ack)
+                except SupervisorError as exc:
+                    warn(f"could not acknowledge notifications (they come again): {exc}")
+                    return ""
+            return "\n".join(blocks)
+
+    @staticmethod
+    def _fit(items: list[dict[str, Any]], *, acked: int, cursor: int) -> tuple[list[str], int]:
+        """The blocks that fit in one result, and the seq to acknowledge: the whole batch
+        when all fit, else up to the last block shown (the rest comes next time)."""
+        blocks: list[str] = []
+        size = 0
+        last_seq = acked
+        for index, item in enumerate(items):
+            xml = str(item["xml"])
+            if blocks and size + len(xml) > NOTIFY_MAX_CHARS:
+                blocks.append(
+                    f"[{len(items) - index} more notification(s) pending; they follow in the "
+                    "result of your next tool call]"
+                )
+                return blocks, last_seq
+            blocks.append(xml)
+            size += len(xml)
+            last_seq = int(item["seq"])
+        return blocks, cursor
+
+    async def _start(self, spec: dict[str, Any]) -> TaskInfo:
+        if self.policy is not None:
+            spec = {"policy": self.policy, **spec}
+        try:
+            return task_info(await self.client.start(self.session_id, spec))
+        except InvalidRequest:
+            raise  # a malformed request stays malformed without ``persistent``
+        except SpecError as exc:
+            # A policy without persistent tasks: run with its default timeout instead.
+            if not spec.get("persistent") or exc.field not in (None, "persistent"):
+                raise
+            spec = {k: v for k, v in spec.items() if k != "persistent"}
+            return task_info(await self.client.start(self.session_id, spec))
+
+    async def _stop_quietly(self, task_id: str) -> TaskInfo | None:
+        """Stop the task; its final info (also when it had ended), None if that failed."""
+        try:
+            return task_info(await self.client.stop(self.session_id, task_id))
+        except TaskNotRunning as exc:
+            return exc.info
+        except SupervisorError as exc:
+            warn(f"could not stop task {task_id}: {exc}")
+            return None
+
+    # -- tools ----------------------------------------------------------------------------
+
+    async def bash(
+        self,
+        command: str,
+        description: str,
+        timeout_ms: int,
+        run_in_background: bool,
+        timeout_given: bool,
+    ) -> str:
+        if not run_in_background:
+            return await self._bash_foreground(command, description, timeout_ms)
+        spec: dict[str, Any] = {"command": command, "description": description}
+        if timeout_given:
+            spec["timeout_ms"] = timeout_ms
+        else:
+            spec["persistent"] = True
+        return texts.started_in_background(await self._start(spec))
+
+    async def _bash_foreground(self, command: str, description: str, timeout_ms: int) -> str:
+        spec = {
+            "command": command,
+            "description": description,
+            "timeout_ms": timeout_ms,
+            "stdin": "closed",
+        }
+        info = await self._start(spec)
+        self.foreground.add(info.task_id)
+        try:
+            waited = await self.client.wait(
+                self.session_id, info.task_id, timeout_s=timeout_ms / 1000 + FOREGROUND_SLACK_S
+            )
+            final = task_info(waited["task"])
+            if waited["timed_out"]:
+                final = await self._stop_quietly(info.task_id) or final
+        except BaseException:
+            # Cancelled by the client (or the daemon went away): do not leave it running.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_TIMEOUT_S):
+                await self._stop_quietly(info.task_id)
+            raise
+        if final.status == "failed" and final.reason is None:
+            raise make_error(
+                final.error_code or "task_failed",
+                f"the command could not be started: {final.error or 'unknown error'}",
+            )
+        output = await self._foreground_output(final)
+        return texts.foreground_result(output, final, timeout_ms)
+
+    async def _foreground_output(self, final: TaskInfo) -> str:
+        sid, tid = self.session_id, final.task_id
+        if final.output_bytes == 0:
+            return ""
+        if final.output_bytes <= MAX_OUTPUT_CHARS:
+            whole = await self.client.read_output(sid, tid, limit=final.output_bytes + 1)
+            return whole.data.decode("utf-8", "replace").rstrip("\n")
+        start = await self.client.read_output(sid, tid, limit=HEAD_CHARS)
+        head, _ = _decode(start.data, final=False)
+        tail = await self.client.tail(sid, tid, MAX_OUTPUT_CHARS - HEAD_CHARS)
+        return texts.truncated(head, tail, final)
+
+    async def task_output(
+        self, task_id: str, offset: int | None, tail: int | None, line_filter: str | None
+    ) -> str:
+        if offset is not None and tail is not None:
+            raise InvalidRequest("give either offset or tail, not both")
+        regex = None
+        if line_filter is not None:
+            try:
+                regex = re.compile(line_filter)
+            except re.error as exc:
+                raise InvalidRequest(
+                    f"not a valid regular expression ({exc})", field="filter"
+                ) from exc
+        # Status first: if it says ended, the output read afterwards is complete.
+        info = task_info(await self.client.task(self.session_id, task_id))
+        head = f'Task {task_id} "{texts.label(info)}": {describe_end(info)}'
+        if tail is not None:
+            text = await self.client.tail(self.session_id, task_id, tail)
+            where = f"last {len(text)} characters; next_offset: {info.output_bytes}"
+        else:
+            start = offset or 0
+            piece = await self.client.read_output(
+                self.session_id, task_id, offset=start, limit=READ_BYTES
+            )
+            text, used = _decode(piece.data, final=piece.eof)
+            more = (
+                "no (the task has ended)"
+                if piece.eof
+                else "yes"
+                if len(piece.data) >= READ_BYTES
+                else ("not yet (the task is still running)" if not info.ended else "no")
+            )
+            where = f"bytes {start}-{start + used}; next_offset: {start + used}; more: {more}"
+        if regex is not None:
+            lines = text.splitlines()
+            kept = [line for line in lines if regex.search(line)]
+            where += f"; filter matched {len(kept)} of {len(lines)} lines"
+            text = "\n".join(kept)
+        body = text.rstrip("\n") if text else "(no output)"
+        return f"{head}\n{where}\n---\n{body}"
+
+    async def task_stop(self, task_id: str) -> str:
+        return texts.stopped(task_info(await self.client.stop(self.session_id, task_id)))
+
+    async def task_list(self) -> str:
+        tasks = [task_info(t) for t in await self.client.tasks(self.session_id)]
+        return texts.task_list([t for t in tasks if t.task_id not in self.foreground])
+
+    async def task_input(self, task_id: str, text: str, eof: bool) -> str:
+        await self.client.send_input(self.session_id, task_id, text, eof=eof)
+        return texts.input_sent(task_id, text, eof)
+
+    async def task_wait(
+        self, task_id: str, pattern: str | None, timeout_ms: int, offset: int
+    ) -> str:
+        timeout_s = timeout_ms / 1000
+        if pattern is None:
+            waited = await self.client.wait(self.session_id, task_id, timeout_s=timeout_s)
+            info = task_info(waited["task"])
+            if waited["timed_out"]:
+                return texts.wait_timed_out(info, timeout_ms)
+            return texts.wait_ended(info)
+        try:
+            found = await self.client.wait_for(
+                self.session_id, task_id, pattern, timeout_s=timeout_s, from_offset=offset
+            )
+        except TaskNotRunning as exc:
+            return texts.ended_without_match(exc.info, pattern)
+        if not found["matched"]:
+            info = task_info(await self.client.task(self.session_id, task_id))
+            return texts.no_match_yet(info, pattern, timeout_ms)
+        line = str(found["line"])
+        after = int(found["offset"]) + len(line.encode()) + 1
+        return f"Matched at offset {found['offset']} (next_offset: {after}):\n{line}"
+
+    async def monitor_start(
+        self, command: str, description: str, timeout_ms: int, persistent: bool
+    ) -> str:
+        spec: dict[str, Any] = {"command": command, "description": description, "kind": "monitor"}
+        if persistent:
+            spec["persistent"] = True
+        else:
+            spec["timeout_ms"] = timeout_ms
+        return texts.monitor_started(await self._start(spec), timeout_ms)
+
+    # -- log notifications and the end ----------------------------------------------------
+
+    async def follow_events(self) -> None:
+        """Mirror notifications as MCP log messages as they happen (best-effort), until the
+        session ends."""
+        cursor = 0
+        while not self._ended:
+            try:
+                async for batch in self.client.follow_events(self.session_id, cursor):
+                    for raw in batch:
+                        cursor = max(cursor, int(raw["seq"]))
+                        await self._mirror(raw)
+                return
+            except (SessionNotFound, NotFound):
+                return  # the session has ended and the daemon let go of it
+            except SupervisorError as exc:
+                warn(f"following events failed, again in {RETRY_S:g} s: {exc}")
+                await anyio.sleep(RETRY_S)
+
+    async def _mirror(self, raw: dict[str, Any]) -> None:
+        if raw["type"] not in NOTIFY_TYPES or raw.get("task_id") in self.foreground:
+            return
+        ev = EVENT_ADAPTER.validate_python(raw)
+        xml = render_xml(ev)
+        if xml:
+            await self._log(_level_for(ev), xml)
+
+    async def _log(self, level: types.LoggingLevel, text: str) -> None:
+        session = self._mcp_session
+        if session is None or _LOG_LEVELS.index(level) < _LOG_LEVELS.index(self.min_log_level):
+            return
+        try:
+            await session.send_log_message(level, text, logger="sbx")
+        except Exception as exc:  # noqa: BLE001 - best-effort channel; the drain delivers
+            warn(f"could not send a log notification: {exc!r}")
+
+    async def end(self) -> None:
+        """End the session on the daemon: stops and removes every container. Idempotent."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            result = await self.client.end_session(self.session_id)
+        except (SessionNotFound, NotFound):
+            return  # already gone: nothing left to stop
+        except SupervisorError as exc:
+            warn(f"could not end session {self.session_id}: {exc}")
+            return
+        stopped = result.get("tasks_stopped", 0)
+        warn(f"session {self.session_id} ended ({stopped} task(s) stopped)")

@@ -1,0 +1,307 @@
+"""What the agent reads: the MCP server's instructions, tool descriptions, argument schemas,
+and the sentences tool results are made of."""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+from pydantic import Field
+
+from supervisor.core.errors import DaemonError, DaemonNotRunning, SupervisorError
+from supervisor.core.models import TaskInfo
+from supervisor.core.text import describe_end, end_clause, format_duration, format_elapsed
+from supervisor.core.text import task_label as _task_label
+
+#: Claude Code's Bash tool truncates at 30000 characters; models are used to that size.
+MAX_OUTPUT_CHARS: Final = 30_000
+#: Of a truncated foreground output, this much of the start is kept (the rest from the end).
+HEAD_CHARS: Final = 8_000
+#: Bytes ``task_output`` reads per call.
+READ_BYTES: Final = 30_000
+#: Characters of notification blocks appended to one tool result; the rest waits.
+NOTIFY_MAX_CHARS: Final = 20_000
+
+INSTRUCTIONS = """\
+Every command runs in its own fresh, hardened Docker sandbox (no network, read-only root \
+filesystem, non-root user, capped memory/CPU/processes; /tmp and the working directory are \
+writable scratch space). Nothing you run can touch the host.
+
+Use `bash` for short commands (it waits and returns output and exit code) and \
+`bash` with run_in_background=true for dev servers, watchers, builds and long test runs: it \
+returns at once with a task id and the output file. Then use `task_wait` (for a line such \
+as "ready"), `task_output`, `task_input` and `task_stop`. `monitor_start` runs a command \
+whose every stdout line is reported to you.
+
+Notifications about background tasks (completion, periodic log tails, stalls on input, \
+monitor lines) are appended to the result of whichever tool you call next, each exactly \
+once, as <task-notification>, <background_task_poll> and <task-output> blocks. Everything \
+still running is stopped when this connection closes."""
+
+BASH_DESCRIPTION = """\
+Run a shell command (`sh -c`) in a fresh, isolated sandbox container.
+
+- Foreground (default): waits for the command to finish and returns its output \
+(stdout+stderr merged, truncated to 30000 characters with a note) and exit code. The \
+command is killed after `timeout` ms (default 120000, max 600000). Stdin is closed.
+- run_in_background=true: returns at once with the task id and the output file path. \
+The command runs until it exits, `task_stop`, or the end of the session (a `timeout` given \
+explicitly still applies). You get a <task-notification> when it ends (in the result of a \
+later tool call), so you need not poll; use `task_wait` to wait for a line such as \
+"ready", `task_output` to read output, `task_input` to answer prompts.
+
+Each call is a new container: files written in one call are not seen by the next, and \
+there is no network access by default."""
+
+TASK_OUTPUT_DESCRIPTION = (
+    "Read a background task's or monitor's output: from a byte `offset` (default 0; pass "
+    "the previous next_offset to read on, 30000 bytes per call) or the last `tail` "
+    "characters, optionally only the lines matching `filter`. Also says whether the task is "
+    "still running."
+)
+TASK_STOP_DESCRIPTION = (
+    "Stop a background task or monitor (SIGTERM, then SIGKILL after the policy's grace "
+    "period) and remove its container. Returns the final status; an error if it had already "
+    "ended."
+)
+TASK_LIST_DESCRIPTION = (
+    "List this session's background tasks and monitors with their status, running time and "
+    "output file."
+)
+TASK_INPUT_DESCRIPTION = (
+    "Write text to a background task's stdin (e.g. to answer a prompt it is waiting on); "
+    "`eof` closes stdin afterwards."
+)
+TASK_WAIT_DESCRIPTION = (
+    "Wait until a background task prints a line matching `pattern` (returns the line) or, "
+    "without a pattern, until it ends (returns the final status). Gives up after `timeout` ms "
+    "(default 30000) and says so; the task keeps running."
+)
+MONITOR_START_DESCRIPTION = (
+    "Start a monitor: a background command whose every stdout line is reported to you as a "
+    "<task-output> block (in the result of your next tool call). For log tails, file "
+    "watchers, polling loops, 'tell me when X happens'. Stop it with task_stop."
+)
+
+
+# -- argument types -----------------------------------------------------------------------
+
+TaskId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        description="The task id returned by bash (run_in_background) or monitor_start, "
+        "e.g. bg-7f3a9c2e.",
+    ),
+]
+Command = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128 * 1024,
+        description="The shell command, run as `sh -c COMMAND` in the sandbox image.",
+    ),
+]
+MonitorCommand = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128 * 1024,
+        description="The shell command; every line it prints on stdout is an event.",
+    ),
+]
+Description = Annotated[
+    str,
+    Field(
+        max_length=500,
+        description="Short label (5-10 words) used in notifications, e.g. 'dev server'.",
+    ),
+]
+BashTimeout = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=600_000,
+        description="Milliseconds before the command is killed (max 600000). Background "
+        "commands ignore the default and run until stopped unless a timeout is given.",
+    ),
+]
+InBackground = Annotated[
+    bool, Field(description="Return at once with a task id; the command keeps running.")
+]
+MonitorTimeout = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=3_600_000,
+        description="Milliseconds before the monitor is stopped (default 300000 = 5 min, "
+        "max 3600000 = 1 h). Ignored when persistent is true.",
+    ),
+]
+Persistent = Annotated[
+    bool, Field(description="Ignore timeout_ms; run until task_stop or the session ends.")
+]
+WaitTimeout = Annotated[
+    int,
+    Field(ge=1, le=600_000, description="How long to wait, in milliseconds (max 600000)."),
+]
+WaitOffset = Annotated[
+    int, Field(ge=0, description="Only lines starting at or after this byte offset count.")
+]
+# Optional arguments: the description sits on the outer type so that it is a top-level
+# key of the property's schema (next to anyOf), where clients and models look for it.
+Offset = Annotated[
+    Annotated[int, Field(ge=0)] | None,
+    Field(
+        description="Byte offset in the output file to read from (default 0 = the start; pass "
+        "the next_offset of the previous call to read on). Not together with tail.",
+    ),
+]
+TailChars = Annotated[
+    Annotated[int, Field(ge=1, le=MAX_OUTPUT_CHARS)] | None,
+    Field(description="Return only the last N characters (max 30000). Not together with offset."),
+]
+LineFilter = Annotated[
+    Annotated[str, Field(min_length=1, max_length=10_000)] | None,
+    Field(description="Regular expression (Python syntax); only lines matching it are returned."),
+]
+Pattern = Annotated[
+    Annotated[str, Field(min_length=1, max_length=10_000)] | None,
+    Field(
+        description="Regular expression (Python syntax) searched in each output line; lines "
+        "printed before the call count too. Omit to wait for the task to end.",
+    ),
+]
+InputText = Annotated[
+    str,
+    Field(
+        max_length=1024 * 1024,
+        description="Text written to the task's stdin as is (include the newline, e.g. 'y\\n').",
+    ),
+]
+CloseStdin = Annotated[bool, Field(description="Close stdin after writing.")]
+
+
+# -- results ------------------------------------------------------------------------------
+
+
+def error_text(exc: SupervisorError) -> str:
+    """A failed tool call's result: the stable code, then what went wrong."""
+    if isinstance(exc, DaemonNotRunning):
+        return f"Error ({exc.code}): the sbx daemon does not answer ({exc})"
+    if isinstance(exc, DaemonError):
+        return f"Error ({exc.code}): request to the sbx daemon failed ({exc})"
+    return f"Error ({exc.code}): {exc}"
+
+
+def label(info: TaskInfo) -> str:
+    """The task's description, else its command (cut to a sensible length)."""
+    return _task_label(info.description, info.command)
+
+
+def running_time(info: TaskInfo) -> str:
+    return format_elapsed(info.running_ms)
+
+
+def started_in_background(info: TaskInfo) -> str:
+    return (
+        f"Command running in background with ID: {info.task_id}. "
+        f"Output is being written to: {info.output_path}\n"
+        "You will get a <task-notification> when it ends. Use task_wait to wait for a "
+        "line (e.g. pattern='ready'), task_output to read its output, task_stop to "
+        "stop it."
+    )
+
+
+def monitor_started(info: TaskInfo, timeout_ms: int) -> str:
+    life = (
+        "It runs until task_stop or the end of the session."
+        if info.persistent
+        else f"It stops after {format_duration(info.timeout_ms or timeout_ms)}."
+    )
+    return (
+        f"Monitor started with ID: {info.task_id}. Output is being written to: "
+        f"{info.output_path}\nEach line it prints is delivered to you as a <task-output> "
+        f"block in the result of your next tool call. {life}"
+    )
+
+
+def foreground_result(output: str, final: TaskInfo, timeout_ms: int) -> str:
+    """A foreground command's output, then how it ended (as the Bash tool says it)."""
+    if final.reason == "exit":
+        trailer = f"Exit code: {final.exit_code}"
+    elif final.reason == "timeout":
+        trailer = (
+            f"Command timed out after {format_duration(timeout_ms)} and was killed "
+            f"(exit code {final.exit_code})."
+        )
+    else:
+        trailer = f"Command {end_clause(final)}."
+    return f"{output}\n{trailer}" if output else f"(no output)\n{trailer}"
+
+
+def truncated(head: str, tail: str, final: TaskInfo) -> str:
+    """A long foreground output: its start and its end, and where the rest is."""
+    # Cut at line boundaries so neither part starts or ends with half a line.
+    if "\n" in head:
+        head = head[: head.rindex("\n")]
+    if "\n" in tail.rstrip("\n"):
+        tail = tail[tail.index("\n") + 1 :]
+    return (
+        f"{head}\n\n[... output truncated: {final.output_bytes} bytes in all; the middle is "
+        f"left out. Full output: {final.output_path} (or task_output "
+        f"task_id={final.task_id} offset=N) ...]\n\n{tail.rstrip(chr(10))}"
+    )
+
+
+def stopped(info: TaskInfo) -> str:
+    return (
+        f'Stopped task {info.task_id} "{label(info)}": {describe_end(info)} after '
+        f"{running_time(info)}. Output file: {info.output_path}"
+    )
+
+
+def task_list(tasks: list[TaskInfo]) -> str:
+    if not tasks:
+        return "No background tasks or monitors in this session."
+    lines = [f"{len(tasks)} task(s):"]
+    for t in tasks:
+        lines.append(
+            f"- {t.task_id} [{t.kind}] {describe_end(t)}, running {running_time(t)}"
+            f"{', waiting for input' if t.stalled else ''}: "
+            f"{label(t)!r} (output: {t.output_path})"
+        )
+    return "\n".join(lines)
+
+
+def wait_ended(info: TaskInfo) -> str:
+    return (
+        f'Task {info.task_id} "{label(info)}" ended: {describe_end(info)} after '
+        f"{running_time(info)}. Output file: {info.output_path}"
+    )
+
+
+def wait_timed_out(info: TaskInfo, timeout_ms: int) -> str:
+    return (
+        f"Timed out after {format_duration(timeout_ms)}: task {info.task_id} is still "
+        f"{info.status} (running {running_time(info)})."
+    )
+
+
+def no_match_yet(info: TaskInfo, pattern: str, timeout_ms: int) -> str:
+    return (
+        f"Timed out after {format_duration(timeout_ms)}: no line matching {pattern!r} "
+        f"yet; task {info.task_id} is {describe_end(info)}."
+    )
+
+
+def ended_without_match(info: TaskInfo, pattern: str) -> str:
+    return (
+        f"No match: task {info.task_id} ended ({describe_end(info)}) without printing "
+        f"a line matching {pattern!r}. Output file: {info.output_path}"
+    )
+
+
+def input_sent(task_id: str, text: str, eof: bool) -> str:
+    sent = f"Sent {len(text)} character(s) to the stdin of {task_id}"
+    return sent + (" and closed it (EOF)." if eof else ".")
