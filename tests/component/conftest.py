@@ -196,3 +196,8 @@ async def removed(engine: FakeEngine, task_id: str) -> bool:
     c = container(engine, task_id)
     await engine.changes.until(lambda: c.removed)
     return True
+
+
+async def called(engine: FakeEngine, method: str, target: str, since: int = 0) -> None:
+    """Wait until the engine got a call of ``method`` on ``target`` (from call ``since`` on)."""
+    await engine.changes.until(lambda: (method, target) in engine.calls[since:])

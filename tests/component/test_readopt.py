@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from supervisor.engine.fake import Exit, FakeEngine, Out, Script, WaitFor
 from supervisor.state.store import StateStore
 from tests.component.conftest import (
     Runtime,
+    called,
     calls_for,
     container,
     of_task,
@@ -57,11 +59,11 @@ async def held_at(engine: FakeEngine, task_id: str, method: str) -> str:
     """Wait until the task's container got to ``method`` (held there by ``hang_next``)."""
     name = f"sbx-{task_id}"
     if method == "create":
-        await engine.changes.until(lambda: ("create", name) in engine.calls)
+        await called(engine, "create", name)
         return name
     await engine.changes.until(lambda: engine.find(name) is not None)
     cid = container(engine, task_id).id
-    await engine.changes.until(lambda: (method, cid) in engine.calls)
+    await called(engine, method, cid)
     return cid
 
 
@@ -214,7 +216,7 @@ async def test_session_end_after_a_restart_stops_readopted_tasks(
     for t in tasks:
         cid = container(engine, t.task_id).id
         # Re-attached and waiting for the exit again.
-        await engine.changes.until(lambda cid=cid: ("wait", cid) in engine.calls[mark:])
+        await called(engine, "wait", cid, since=mark)
     await session2.end()
     events = await stored_events(session2)
     for t in tasks:
@@ -242,6 +244,11 @@ def lose_last_event(state_dir: Path, session_id: str, task_id: str) -> int:
         return int(seq)
     finally:
         conn.close()
+
+
+def line_event(ordinal: int) -> Callable[[BaseEvent], bool]:
+    """Matches the ``task.output`` event whose last line has this ordinal."""
+    return lambda e: isinstance(e, TaskOutput) and e.ordinal == ordinal
 
 
 def line_ordinals(events: list[BaseEvent], task_id: str) -> list[int]:
@@ -276,7 +283,7 @@ async def test_monitor_lines_resume_with_no_gap_and_no_repeat(
     task = await session.start(spec("tail -f", kind="monitor"))
     tid = task.task_id
     for ordinal in (1, 2, 3):
-        await sink.wait_for(lambda e, n=ordinal: isinstance(e, TaskOutput) and e.ordinal == n)
+        await sink.wait_for(line_event(ordinal))
         if ordinal < 3:
             gates[ordinal - 1].set()
     stage, record = await stored_record(sup, tid)
@@ -294,7 +301,7 @@ async def test_monitor_lines_resume_with_no_gap_and_no_repeat(
     session2 = sup2.session("s1")
     sink2 = MemorySink()
     session2.add_sink(sink2, after_seq=0)
-    resent = await sink2.wait_for(lambda e: isinstance(e, TaskOutput) and e.ordinal == 3)
+    resent = await sink2.wait_for(line_event(3))
     assert resent.seq > lost_seq  # sent again, with a new seq: the lost one is never reused
     gates[2].set()
     final = await session2.wait(tid, timeout_s=5)

@@ -34,6 +34,7 @@ from supervisor.engine.fake import (
 )
 from tests.component.conftest import (
     Runtime,
+    called,
     container,
     is_event,
     of_task,
@@ -168,7 +169,7 @@ async def test_session_end_stops_everything_once_and_removes_containers(
     # One more is still being created when the session ends: it never runs.
     held = engine.hang_next("create")
     starting = await session.start(spec("serve"))
-    await engine.changes.until(lambda: ("create", f"sbx-{starting.task_id}") in engine.calls)
+    await called(engine, "create", f"sbx-{starting.task_id}")
     ending = asyncio.ensure_future(session.end())
     await engine.changes.until(lambda: "SIGTERM" in container(engine, serve.task_id).signals)
     held.set()
@@ -246,7 +247,8 @@ async def test_a_deadline_passing_while_the_engine_is_down_fires_when_it_is_back
     await session.wait_for(task.task_id, "^up$", timeout_s=5)
     engine.go_down()
     runner = session.task_runner(task.task_id)
-    await engine.changes.until(lambda: ("kill", runner.container_id) in engine.calls)
+    assert runner.container_id is not None
+    await called(engine, "kill", runner.container_id)
     assert (await session.get(task.task_id)).status == "stopping"
     engine.restore()
     final = await session.wait(task.task_id, timeout_s=10)
@@ -291,7 +293,7 @@ async def test_engine_restart_without_live_restore_ends_tasks_as_lost(
             engine.go_down()
             # The supervisor saw the engine gone (a wait failed and was tried again).
             async with asyncio.timeout(1.5):
-                await engine.changes.until(lambda: ("wait", c.id) in engine.calls[mark:])
+                await called(engine, "wait", c.id, since=mark)
             if kill == "during-the-outage":
                 c.deliver("SIGKILL")  # the engine's restart without live-restore
             assert c.signals == ["SIGKILL"]
