@@ -52,8 +52,8 @@ check: ## lint + types + all tests, without set-up
 test: venv engine images ## everything, with its set-up: lint, types, unit, integration, e2e, adversarial
 	$(MAKE) --no-print-directory check
 
-unit: venv ## fast pure tests only
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+unit: venv ## fast tests, no engine: pure logic, and the runtime on the fake engine
+	$(BIN)/pytest tests/unit tests/component $(PYTEST_ARGS)
 
 integration: venv engine images ## tests against the real engine
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)

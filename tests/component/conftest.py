@@ -1,0 +1,203 @@
+"""Component tests: the runtime (runner, session, pool, stall watching, supervisor) on the
+fake engine of supervisor/engine/fake. No Docker: they run with DOCKER_HOST pointing nowhere."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+from supervisor import BaseEvent, MemorySink, Session, Supervisor
+from supervisor.engine.fake import FakeContainer, FakeEngine, LoopClock
+from tests.conftest import POLICIES
+
+#: Policies of the component tests: the minimal image, short grace periods (a stop whose
+#: SIGTERM is ignored escalates quickly), monitor lines as events at once, no stall
+#: watching unless a test asks for it.
+COMPONENT_POLICIES = {
+    "fake": """
+description = "component tests: 0.2 s grace, no stall watching"
+image = "sbx/minimal:latest"
+working_dir = "/tmp"
+[timeouts]
+grace_s = 0.2
+[env]
+allow = ["*"]
+[watch]
+stall_detection = false
+[monitor]
+batch_window_ms = 0
+""",
+    "warm": """
+description = "component tests: a warm pool of 2"
+image = "sbx/minimal:latest"
+working_dir = "/tmp"
+warm_pool = 2
+[timeouts]
+grace_s = 0.2
+[env]
+allow = ["*"]
+[watch]
+stall_detection = false
+[session]
+max_running_tasks = 4
+""",
+    "stall": """
+description = "component tests: stall watching after 0.5 s"
+image = "sbx/minimal:latest"
+working_dir = "/tmp"
+[timeouts]
+grace_s = 0.2
+[watch]
+stall_after_s = 0.5
+""",
+    "capped": """
+description = "component tests: at most 5 running tasks per session"
+image = "sbx/minimal:latest"
+working_dir = "/tmp"
+[timeouts]
+grace_s = 0.2
+[watch]
+stall_detection = false
+[session]
+max_running_tasks = 5
+""",
+    "roomy": """
+description = "component tests: at most 8 running tasks per session"
+image = "sbx/minimal:latest"
+working_dir = "/tmp"
+[timeouts]
+grace_s = 0.2
+[watch]
+stall_detection = false
+[session]
+max_running_tasks = 8
+""",
+}
+
+
+class Runtime:
+    """Supervisors on one state dir and one fake engine; :meth:`restart` is what a daemon
+    restart looks like (tasks left running, a new client of the same engine)."""
+
+    def __init__(self, engine: FakeEngine, state_dir: Path, policies_dir: Path) -> None:
+        self.engine = engine
+        self.state_dir = state_dir
+        self.policies_dir = policies_dir
+        self.opened: list[Supervisor] = []
+
+    async def supervisor(self, *, stop_tasks_on_close: bool = True) -> Supervisor:
+        sup = Supervisor(
+            state_dir=self.state_dir,
+            policies_dir=self.policies_dir,
+            backend=self.engine.backend(),
+            stop_tasks_on_close=stop_tasks_on_close,
+        )
+        await sup.start()
+        self.opened.append(sup)
+        return sup
+
+    async def release(self, sup: Supervisor) -> None:
+        """Close without stopping tasks (as the daemon does): containers and records stay."""
+        sup.stop_tasks_on_close = False
+        await sup.aclose()
+
+    async def restart(self, sup: Supervisor) -> Supervisor:
+        await self.release(sup)
+        return await self.supervisor()
+
+    async def aclose(self) -> None:
+        for sup in self.opened:
+            await sup.aclose()
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[FakeEngine]:
+    # Real time for log stamps (the re-attach finds the log's new part by message times);
+    # scripts wait on events the tests set, never on the clock.
+    async with FakeEngine(clock=LoopClock()) as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_policies(tmp_path: Path) -> Path:
+    target = tmp_path / "policies"
+    shutil.copytree(POLICIES, target)
+    for name, text in COMPONENT_POLICIES.items():
+        (target / f"{name}.toml").write_text(text)
+    return target
+
+
+@pytest.fixture
+async def runtime(
+    engine: FakeEngine, tmp_path: Path, fake_policies: Path
+) -> AsyncIterator[Runtime]:
+    rt = Runtime(engine, tmp_path / "state", fake_policies)
+    try:
+        yield rt
+    finally:
+        await rt.aclose()
+
+
+@pytest.fixture
+async def sup(runtime: Runtime) -> Supervisor:
+    return await runtime.supervisor()
+
+
+@pytest.fixture
+def sink() -> MemorySink:
+    return MemorySink()
+
+
+@pytest.fixture
+async def session(sup: Supervisor, sink: MemorySink) -> Session:
+    return await sup.open_session("s1", sinks=[sink])
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+def container(engine: FakeEngine, task_id: str) -> FakeContainer:
+    """The task's container (named after the task, removed ones included)."""
+    return engine.container(f"sbx-{task_id}")
+
+
+async def stored_events(session: Session) -> list[BaseEvent]:
+    """Every event the session's log holds, in seq order (checked strictly increasing)."""
+    events = [e async for e in session.events(0, follow=False)]
+    seqs = [e.seq for e in events]
+    assert seqs == sorted(set(seqs)), f"seq not strictly increasing: {seqs}"
+    return events
+
+
+def of_task(events: Iterable[BaseEvent], task_id: str, *types: str) -> list[BaseEvent]:
+    return [e for e in events if e.task_id == task_id and (not types or e.type in types)]
+
+
+def types_of(events: Iterable[BaseEvent], task_id: str) -> list[str]:
+    """A task's event types in order (monitor lines and polls left out)."""
+    skip = {"task.output", "task.output_suppressed", "task.poll"}
+    return [e.type for e in events if e.task_id == task_id and e.type not in skip]
+
+
+def is_event(task_id: str, kind: str) -> Callable[[BaseEvent], bool]:
+    return lambda e: e.task_id == task_id and e.type == kind
+
+
+def calls_for(engine: FakeEngine, cid: str, since: int = 0) -> list[str]:
+    """The backend calls made on one container, in order (from call ``since`` on)."""
+    return [method for method, target in engine.calls[since:] if target == cid]
+
+
+async def removed(engine: FakeEngine, task_id: str) -> bool:
+    """Wait until the task's container is removed (that follows the terminal event)."""
+    c = container(engine, task_id)
+    await engine.changes.until(lambda: c.removed)
+    return True
+
+
+async def called(engine: FakeEngine, method: str, target: str, since: int = 0) -> None:
+    """Wait until the engine got a call of ``method`` on ``target`` (from call ``since`` on)."""
+    await engine.changes.until(lambda: (method, target) in engine.calls[since:])

@@ -1,0 +1,112 @@
+"""Warm starts on the fake engine: a pooled container takes the command on its stdin; what
+a pooled container cannot honour (env, tighter limits) falls back to a cold start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from supervisor import PolicyError, Session, TaskSpec
+from supervisor.engine.fake import Exit, FakeEngine, Out, ReadLine, Script, UntilKilled
+from tests.component.conftest import container, removed, stored_events, types_of
+
+pytestmark = [pytest.mark.component, pytest.mark.timeout(15)]
+
+
+def warm(command: str, **fields: object) -> TaskSpec:
+    return TaskSpec.model_validate({"command": command, "policy": "warm", **fields})
+
+
+def pooled(engine: FakeEngine) -> list[str]:
+    """Names of the live pooled containers (the pool's shell loop as their command)."""
+    return [
+        c.name
+        for c in engine.containers
+        if not c.gone and c.request.labels.get("io.sbx.kind") == "pooled"
+    ]
+
+
+async def test_warm_start_delivers_the_command_over_stdin(
+    engine: FakeEngine, session: Session
+) -> None:
+    engine.script("greet", Script(Out("hello\n"), ReadLine(echo=True), Exit(4)))
+    assert await session.prewarm("warm") == 2
+    ready = pooled(engine)
+    assert len(ready) == 2
+    creates = sum(1 for method, _ in engine.calls if method == "create")
+    task = await session.start(warm("greet"))
+    # The task took a pooled container: its name, no create of its own.
+    assert f"sbx-{task.task_id}" in ready
+    await session.wait_for(task.task_id, "^hello$", timeout_s=5)
+    await session.send_input(task.task_id, "typed\n")
+    final = await session.wait(task.task_id, timeout_s=5)
+    assert (final.status, final.reason, final.exit_code) == ("failed", "exit", 4)
+    assert Path(final.output_path).read_bytes() == b"hello\ntyped\n"
+    c = container(engine, task.task_id)
+    # The command, the pool's sentinel line, then the task's own input, on one pipe.
+    head, sentinel, rest = bytes(c.stdin).split(b"\n", 2)
+    assert head == b"greet"
+    assert sentinel.startswith(b"sbx-start-")
+    assert rest == b"typed\n"
+    assert c.request.command[:2] == ["/bin/sh", "-c"]
+    assert "read -r l" in c.request.command[2]
+    assert [m for m, target in engine.calls if target in (c.id, c.name)].count("start") == 1
+    assert await removed(engine, task.task_id)
+    events = await stored_events(session)
+    assert types_of(events, task.task_id) == ["task.started", "task.stopped"]
+    # The pool refills behind the task (in the background, a moment later).
+    await engine.changes.until(lambda: len(pooled(engine)) == 2)
+    assert sum(1 for method, _ in engine.calls if method == "create") == creates + 1
+
+
+async def test_warm_task_with_closed_stdin_gets_eof_after_the_command(
+    engine: FakeEngine, session: Session
+) -> None:
+    engine.script("reader", Script(ReadLine(echo=True), Out("eof\n"), Exit(0)))
+    await session.prewarm("warm")
+    task = await session.start(warm("reader", stdin="closed"))
+    final = await session.wait(task.task_id, timeout_s=5)
+    assert (final.status, final.exit_code) == ("completed", 0)
+    assert Path(final.output_path).read_bytes() == b"eof\n"
+    assert container(engine, task.task_id).stdin_closed
+
+
+@pytest.mark.parametrize(
+    "fields", [{"env": {"GREETING": "hi"}}, {"limits": {"memory_mb": 64}}], ids=["env", "limits"]
+)
+async def test_env_or_limits_fall_back_to_a_cold_start(
+    engine: FakeEngine, session: Session, fields: dict[str, object]
+) -> None:
+    engine.script("greet", Script(Out("cold\n"), Exit(0)))
+    await session.prewarm("warm")
+    ready = pooled(engine)
+    task = await session.start(warm("greet", **fields))
+    final = await session.wait(task.task_id, timeout_s=5)
+    assert (final.status, final.exit_code) == ("completed", 0)
+    assert Path(final.output_path).read_bytes() == b"cold\n"
+    c = container(engine, task.task_id)
+    assert c.name not in ready
+    assert c.request.command == ["/bin/sh", "-c", "exec 2>&1; greet"]
+    assert bytes(c.stdin) == b""
+    if "env" in fields:
+        assert c.request.env["GREETING"] == "hi"
+    else:
+        assert c.request.memory_bytes == 64 * 1024 * 1024
+    # The pool was left alone.
+    assert pooled(engine) == ready
+
+
+async def test_prewarm_needs_a_pool_and_session_end_removes_the_pool(
+    engine: FakeEngine, session: Session
+) -> None:
+    with pytest.raises(PolicyError, match="warm_pool = 0"):
+        await session.prewarm("fake")
+    engine.script("serve", Script(UntilKilled()))
+    await session.prewarm("warm")
+    task = await session.start(warm("serve"))
+    await engine.changes.until(lambda: len(pooled(engine)) == 2)
+    await session.end()
+    assert all(c.removed for c in engine.containers)
+    info = await session.get(task.task_id)
+    assert (info.status, info.reason) == ("killed", "session_ended")
