@@ -50,6 +50,38 @@ def engine_log_bytes(data: bytes) -> bytes:
     return data
 
 
+#: A line that the copier cuts into pieces: at least one whole piece without a newline.
+_LONG_LINE = re.compile(rb"[^\n]{%d,}" % COPIER_CHUNK)
+
+
+def log_length(data: bytes) -> int:
+    """How many bytes the engine's log gives back for ``data``: complete messages (it starts
+    where a message starts and ends with a newline or at a piece boundary). Invalid UTF-8
+    comes back byte by byte as U+FFFD, and each 16 KiB piece of a longer line is stored on
+    its own, so a character the cut splits comes back as U+FFFD too."""
+    if _LONG_LINE.search(data) is None:
+        return len(engine_log_bytes(data))
+    total = pos = 0
+    for m in _LONG_LINE.finditer(data):
+        total += len(engine_log_bytes(data[pos : m.start()]))
+        end = m.end() + (1 if data[m.end() : m.end() + 1] == b"\n" else 0)
+        for piece in range(m.start(), end, COPIER_CHUNK):
+            total += len(engine_log_bytes(data[piece : min(piece + COPIER_CHUNK, end)]))
+        pos = end
+    return total + len(engine_log_bytes(data[pos:]))
+
+
+def split_messages(data: bytes, *, final: bool) -> tuple[bytes, bytes]:
+    """``data`` (starting where a message starts) as (its complete messages, the rest):
+    the rest is the unfinished line's bytes beyond its last whole piece. ``final``: the
+    data ends here, so the unfinished line is a message too (the copier flushes at exit)."""
+    if final:
+        return data, b""
+    cut = data.rfind(b"\n") + 1
+    whole = cut + (len(data) - cut) // COPIER_CHUNK * COPIER_CHUNK
+    return data[:whole], data[whole:]
+
+
 def logged_prefix_by_lines(live: bytes, chunk: int = COPIER_CHUNK) -> int | None:
     """How many leading bytes of ``live`` the log holds, known from newlines alone: all of
     them up to the last newline, then whole ``chunk`` pieces of the unfinished line. None

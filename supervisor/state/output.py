@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from supervisor.core.models import OutputSlice
-from supervisor.core.resync import engine_log_bytes
+from supervisor.core.resync import log_length, split_messages
 from supervisor.core.text import utf8_safe_end
 
 T = TypeVar("T")
@@ -252,7 +252,8 @@ async def read_slice(
 
 
 def replayed_length(path: Path, start: int, end: int) -> int:
-    """How many bytes the engine's log replay holds for file bytes ``[start, end)``."""
+    """How many bytes the engine's log replay holds for file bytes ``[start, end)``
+    (``start`` where a line starts): see :func:`supervisor.core.resync.log_length`."""
     total = 0
     try:
         with path.open("rb") as fh:
@@ -264,12 +265,9 @@ def replayed_length(path: Path, start: int, end: int) -> int:
                 if not block:
                     break
                 remaining -= len(block)
-                chunk = carry + block
-                # keep an incomplete trailing character for the next block
-                cut = utf8_safe_end(chunk) if remaining > 0 else len(chunk)
-                total += len(engine_log_bytes(chunk[:cut]))
-                carry = chunk[cut:]
-            total += len(engine_log_bytes(carry)) if carry else 0
+                whole, carry = split_messages(carry + block, final=remaining <= 0)
+                total += log_length(whole)
+            total += log_length(carry)
     except FileNotFoundError:
         return 0
     return total

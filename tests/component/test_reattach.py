@@ -54,18 +54,9 @@ def whole_log_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-FAKE_TAIL_BUG = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG in the fake (engine/fake/engine.py, FakeBackend.logs): a tail longer than "
-    "the log wraps around (c.log[len(c.log) - tail:] with a negative start) instead of "
-    "giving the whole log, so the re-attach's longer tail read misses messages",
-)
-
-
 @pytest.mark.parametrize(
     "read",
-    ["by-time", pytest.param("by-time-longer-tail", marks=FAKE_TAIL_BUG), "whole-log"],
+    ["by-time", "by-time-longer-tail", "whole-log"],
 )
 async def test_dropped_attach_is_resumed_with_the_pause(
     engine: FakeEngine, session: Session, whole_log_reads: list[str], read: str
@@ -169,14 +160,6 @@ async def test_output_in_flight_when_the_connection_drops_comes_from_the_log(
     assert Path(final.output_path).read_bytes() == b"before\nin flight\nafter\nend\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG (runtime/task/supervise.py): after the attach stream ends, _capture_all "
-    "returns without reading the log when the container has exited meanwhile; the "
-    "catch-up from the log runs only after an engine outage, so what the command printed "
-    "after the connection dropped (or what was in flight) is missing from the output file",
-)
 @pytest.mark.parametrize("when", ["in-flight", "after-the-drop"])
 async def test_last_words_when_the_connection_drops_come_from_the_log(
     engine: FakeEngine, session: Session, monkeypatch: pytest.MonkeyPatch, when: str
@@ -210,19 +193,7 @@ async def test_last_words_when_the_connection_drops_come_from_the_log(
     "where",
     [
         "inside-a-piece",
-        pytest.param(
-            "across-pieces",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason="BUG (state/output.py replayed_length, core/resync.py "
-                "engine_log_bytes): the engine's log copier cuts a long line every 16 KiB "
-                "by bytes and each piece's invalid UTF-8 is replaced on its own, so a "
-                "character split by the cut comes back as two U+FFFD (6 bytes; checked on "
-                "Docker 20.10 here); replayed_length counts it as in the file (2 bytes), "
-                "so the re-attach skips 4 bytes too few and repeats them in the output file",
-            ),
-        ),
+        "across-pieces",
     ],
 )
 async def test_a_utf8_character_at_the_logs_16k_cut_is_not_repeated(

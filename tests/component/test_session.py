@@ -259,19 +259,7 @@ async def test_a_deadline_passing_while_the_engine_is_down_fires_when_it_is_back
     assert types_of(events, task.task_id) == ["task.started", "task.stopped"]
 
 
-FAKE_WAIT_BUG = pytest.mark.xfail(
-    strict=True,
-    raises=TimeoutError,
-    reason="BUG in the fake (engine/fake/engine.py, FakeBackend.wait): go_down() with "
-    "live_restore=False kills the containers while the engine is down, yet a pending wait "
-    "returns their exit (137) instead of failing with EngineUnavailable, so the runtime "
-    "never sees the outage and reports a plain exit",
-)
-
-
-@pytest.mark.parametrize(
-    "kill", ["during-the-outage", pytest.param("by-go_down", marks=FAKE_WAIT_BUG)]
-)
+@pytest.mark.parametrize("kill", ["during-the-outage", "by-go_down"])
 async def test_engine_restart_without_live_restore_ends_tasks_as_lost(
     tmp_path: Path, fake_policies: Path, kill: str
 ) -> None:

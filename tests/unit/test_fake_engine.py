@@ -24,6 +24,7 @@ from supervisor.core.resolve import MERGE_PREFIX
 from supervisor.core.resync import (
     COPIER_CHUNK,
     engine_log_bytes,
+    log_length,
     logged_prefix_by_lines,
     split_stamp,
 )
@@ -423,10 +424,24 @@ async def test_remove_kills_a_running_container_and_its_waiter_sees_the_exit(
 # -- the log -----------------------------------------------------------------------------
 
 
+def pieces(data: bytes) -> list[bytes]:
+    """``data`` as the copier's messages: lines, and 16 KiB pieces of longer ones."""
+    out = []
+    for line in data.splitlines(keepends=True):
+        out += [line[i : i + COPIER_CHUNK] for i in range(0, len(line), COPIER_CHUNK)]
+    # A piece that is only the newline after a line of whole pieces joins nothing.
+    return out
+
+
+def logged(data: bytes) -> bytes:
+    """The log's bytes for ``data``: each message converted on its own."""
+    return b"".join(engine_log_bytes(p) for p in pieces(data))
+
+
 def copier_model(stream: bytes) -> bytes:
     """What the engine's copier has logged of ``stream`` while it runs (test_resync.py)."""
     unfinished = len(stream) - (stream.rfind(b"\n") + 1)
-    return engine_log_bytes(stream[: len(stream) - unfinished % COPIER_CHUNK])
+    return logged(stream[: len(stream) - unfinished % COPIER_CHUNK])
 
 
 writes = st.lists(
@@ -463,7 +478,8 @@ def test_the_copier_logs_whole_lines_and_16k_pieces(chunks: list[bytes], split: 
         assert log.endswith(engine_log_bytes(live[:cut]))
         assert len(engine_log_bytes(before + live[:cut])) == len(log)
     messages += copier.flush(0)
-    assert b"".join(m.data for m in messages) == engine_log_bytes(output)
+    assert b"".join(m.data for m in messages) == logged(output)
+    assert log_length(output) == len(logged(output))
 
 
 async def test_logs_stamps_pieces_tail_and_the_held_partial(

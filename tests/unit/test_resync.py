@@ -10,8 +10,10 @@ from supervisor.core.resync import (
     after_anchor,
     drop_known,
     engine_log_bytes,
+    log_length,
     logged_prefix_by_lines,
     overlap,
+    split_messages,
     split_stamp,
 )
 
@@ -149,3 +151,21 @@ def test_drop_known_skips_each_streams_stored_bytes_once() -> None:
     assert drop_known(skip, segments) == [(2, b"Y"), (1, b"fgh"), (1, b"ij")]
     assert skip == {1: 0, 2: 0}
     assert drop_known(skip, [(1, b"new")]) == [(1, b"new")]
+
+
+def test_log_length_counts_a_character_split_by_the_copiers_cut_twice() -> None:
+    line = b"y" * (COPIER_CHUNK - 1) + "é".encode() + b"\n"
+    # Piece one ends with the first byte of "é", piece two starts with the second: each
+    # comes back as U+FFFD (3 bytes) instead of 2 bytes for the whole character.
+    assert log_length(line) == (COPIER_CHUNK - 1) + 3 + 3 + 1
+    assert log_length("é\n".encode() * 3) == 9  # short lines: unchanged
+    assert log_length(b"a\xff\n") == 1 + 3 + 1  # invalid byte: one U+FFFD
+    # Reading in blocks gives the same count as reading at once, whatever the split.
+    data = line * 3 + b"tail" + b"z" * (2 * COPIER_CHUNK + 7)
+    for size in (1000, COPIER_CHUNK - 1, COPIER_CHUNK + 3, 50_000):
+        total, carry = 0, b""
+        for i in range(0, len(data), size):
+            last = i + size >= len(data)
+            whole, carry = split_messages(carry + data[i : i + size], final=last)
+            total += log_length(whole)
+        assert total + log_length(carry) == log_length(data)

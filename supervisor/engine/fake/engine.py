@@ -280,7 +280,7 @@ class FakeBackend:
         c = await self._get("logs", container_id)
         if c is None:
             raise EngineError(f"GET /containers/{container_id}/logs: no such container")
-        messages = c.log if tail is None else c.log[len(c.log) - tail :] if tail > 0 else []
+        messages = c.log if tail is None else c.log[max(0, len(c.log) - tail) :] if tail > 0 else []
         wire = b"".join(
             encode_frame(
                 m.stream, (f"{rfc3339_ns(m.time_ns)} ".encode() if timestamps else b"") + m.data
@@ -314,9 +314,10 @@ class FakeBackend:
         await engine.changes.until(lambda: not c.running or c.vanished or engine.down)
         if c.vanished:
             raise EngineError(f"wait: container {container_id[:12]} vanished")
-        if not c.running:
-            return c.state()
-        raise EngineUnavailable(f"engine dropped POST /containers/{container_id}/wait")
+        if engine.down:
+            # A going engine drops the connection first, whatever it does to containers.
+            raise EngineUnavailable(f"engine dropped POST /containers/{container_id}/wait")
+        return c.state()
 
     async def kill(self, container_id: str, signal: Literal["SIGTERM", "SIGKILL"]) -> None:
         c = await self._get("kill", container_id)

@@ -208,7 +208,10 @@ class TaskRunner:
 
     def _stream_lost(self) -> None:
         self.state.stdin_open = False
-        self.stdin.close(f"task {self.task_id}: stdin closed when the engine connection dropped")
+        self.stdin.close(
+            f"task {self.task_id}: its stdin is closed (its output ended: it exited, or the "
+            "connection to the engine dropped)"
+        )
 
     async def after_start(self) -> None:
         """The command runs: record it, announce it, arm the watchers, supervise."""

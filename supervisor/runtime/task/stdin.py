@@ -78,12 +78,15 @@ class StdinWriter:
             )
         finally:
             ended.cancel()
-        if write in done:
-            try:
-                write.result()
-            except (OSError, ConnectionError) as exc:
-                raise StdinClosed(f"task {self.task_id}: stdin is closed ({exc})") from exc
-            return
+        # A write that completed delivered its bytes, even if the task ended right after;
+        # one cancelled by close() (the task ended first) did not.
+        if write in done and not write.cancelled():
+            error = write.exception()
+            if error is None:
+                return
+            if isinstance(error, (OSError, ConnectionError)):
+                raise StdinClosed(f"task {self.task_id}: stdin is closed ({error})") from error
+            raise error
         if self._ended.is_set():
             raise StdinClosed(self._why or f"task {self.task_id} ended before taking its input")
         raise InputNotRead(

@@ -12,9 +12,11 @@ from structlog.stdlib import BoundLogger
 from supervisor.core.container import ContainerState
 from supervisor.core.errors import EngineError, EngineUnavailable, SupervisorError
 from supervisor.core.faults import crash_point
+from supervisor.core.resync import engine_log_bytes
 from supervisor.engine.base import AttachedStream, Backend
 from supervisor.runtime.task.capture import Capture
 from supervisor.runtime.task.reattach import Reattacher
+from supervisor.state.output import read_range
 
 #: After the container exits, how long the output stream may take to drain.
 DRAIN_S = 10.0
@@ -42,6 +44,10 @@ class Supervision:
         self.stream: AttachedStream | None = None
         #: Set once the engine stopped answering while this task ran.
         self.engine_outage = False
+        #: A stream ended without a re-attach after it: a normal end, or a connection that
+        #: dropped just before the exit (then the last output is only in the engine's log).
+        #: Checked against the log's last message after the exit.
+        self._maybe_short = False
 
     async def run(self, cid: str) -> ContainerState | None:
         """Capture until the output ends, then collect the exit. None: the container is
@@ -62,10 +68,11 @@ class Supervision:
             capture.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await capture
-        if state is not None and self.engine_outage:
+        if state is not None and (self.engine_outage or self._maybe_short):
             # The stream may have missed the end: catch up from the engine's log.
             try:
-                await self._catch_up(cid)
+                if self.engine_outage or not await self._ends_like_the_log(cid):
+                    await self._catch_up(cid)
             except SupervisorError as exc:
                 self.log.warning("catch_up_failed", error=str(exc))
         crash_point("after_exit")
@@ -110,6 +117,9 @@ class Supervision:
                 await self.capture.run(self.stream)
                 await self.close()
                 self._on_stream_lost()
+                # Ended with the command, or dropped just before it exited (then its last
+                # output is only in the log): told apart after the exit, from the log's end.
+                self._maybe_short = True
             if self.exited.is_set():
                 return
             got = self.capture.received - before
@@ -140,6 +150,30 @@ class Supervision:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         return None
+
+    async def _ends_like_the_log(self, cid: str) -> bool:
+        """Whether the output file ends with the engine log's last message (as the log
+        stores it): then the stream missed nothing. One small read at the log's end."""
+        out = self.capture.out
+        if out.dropped or out.gap_bytes:
+            return True  # the file no longer mirrors the stream; nothing to compare
+        last = b"".join(
+            [
+                bytes(p)
+                for segments in [s async for s in self.backend.logs(cid, tail=1)]
+                for _, p in segments
+            ]
+        )
+        if not last:
+            return True
+        await out.flush()
+        size = out.file_size
+        start = max(0, size - 3 * len(last) - 4)
+        loop = asyncio.get_running_loop()
+        end = await loop.run_in_executor(
+            self.capture.io, read_range, self.capture.path, start, size
+        )
+        return engine_log_bytes(end).endswith(last)
 
     async def _catch_up(self, cid: str) -> None:
         """After an outage and the container's exit: fetch output the stream missed."""
