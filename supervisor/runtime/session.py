@@ -269,8 +269,10 @@ class Session:
         self._runners[task_id] = runner
         if runner.ended:
             runner.final.set()
-            runner.done.set()
             runner.exited.set()
+            # A crash between the "ended" record and the removal leaves the container:
+            # remove it now (done is set once it is gone, as for any ended task).
+            self._spawn(runner.remove_after_restore(), task_id)
         else:
             self._spawn(runner.resume(record.stage), task_id)
         return runner

@@ -170,14 +170,6 @@ async def test_readoption_at_every_stage(runtime: Runtime, engine: FakeEngine) -
     held_remove.set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG (runtime/session.py restore_task + supervisor.py adopt_or_reap): a task "
-    "restored as ended never removes its container, and the sweep and reconciler keep it "
-    "because the session owns the task id; Session.end() returns with it still there "
-    "(the reconciler reaps it up to 10 s after the session is gone)",
-)
 async def test_a_task_whose_record_says_ended_keeps_no_container(
     runtime: Runtime, engine: FakeEngine
 ) -> None:

@@ -18,6 +18,7 @@ from supervisor.core.policy import Monitor
 from supervisor.core.resync import drop_known
 from supervisor.core.task_state import CaptureState, OutputCounts, ResumeMarks, TaskState
 from supervisor.engine.base import AttachedStream
+from supervisor.runtime.aio import first_of
 from supervisor.runtime.task.ports import EventPort
 from supervisor.state.output import OutputFile, replayed_length
 
@@ -144,6 +145,16 @@ class Capture:
     def seen(self) -> asyncio.Event:
         """Set at the next write that lands in the file (a fresh event after each)."""
         return self._seen
+
+    async def wait_past(self, offset: int, timeout_s: float, final: asyncio.Event) -> None:
+        """Return once the file grows past ``offset``, ``final`` is set, or time runs out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.out.file_size <= offset and not final.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            await first_of(self._seen.wait(), final.wait(), timeout=remaining)
 
     # -- writing ---------------------------------------------------------------------
 

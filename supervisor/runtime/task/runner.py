@@ -19,7 +19,6 @@ from supervisor.core.resolve import Effective
 from supervisor.core.scan import Pattern
 from supervisor.core.task_state import Stage, TaskIdentity, TaskRecord, TaskState
 from supervisor.engine.base import AttachedStream
-from supervisor.runtime.aio import first_of
 from supervisor.runtime.task.capture import Capture, MonitorFeed
 from supervisor.runtime.task.launch import Launcher
 from supervisor.runtime.task.ports import TaskPorts, WarmStart
@@ -319,6 +318,13 @@ class TaskRunner:
             await asyncio.shield(self.stopper.remove())
         self.done.set()
 
+    async def remove_after_restore(self) -> None:
+        """An ended task restored from the store: remove its container if it is left."""
+        try:
+            await self.stopper.remove()
+        finally:
+            self.done.set()
+
     async def release(self) -> None:
         """Drop our side (stream, timers, file) without touching the container."""
         self.watchers.disarm()
@@ -370,13 +376,7 @@ class TaskRunner:
 
     async def wait_output(self, offset: int, timeout_s: float) -> None:
         """Return once the output file grows past ``offset``, the task ends, or time runs out."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.capture.out.file_size <= offset and not self.ended:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return
-            await first_of(self.capture.seen.wait(), self.final.wait(), timeout=remaining)
+        await self.capture.wait_past(offset, timeout_s, self.final)
 
     async def wait_for_pattern(
         self, pattern: Pattern, timeout_s: float, from_offset: int = 0
