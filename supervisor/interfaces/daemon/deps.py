@@ -1,0 +1,73 @@
+"""What the routes share: who is calling, the id path parameters, and a session looked up
+for a caller (another session's ids answer exactly like ids that do not exist)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from supervisor.core.errors import NotFound, SessionNotFound, Unauthorized
+from supervisor.core.ids import SESSION_ID_RE, TASK_ID_RE
+from supervisor.interfaces.daemon.auth import Principal
+from supervisor.interfaces.daemon.guard import principal_of
+from supervisor.runtime.session import Session
+from supervisor.runtime.supervisor import Supervisor
+
+#: Declares the bearer scheme in the OpenAPI document; the request guard has already
+#: checked the token (before the body was read) when a route runs.
+_BEARER = HTTPBearer(
+    auto_error=False,
+    description="The admin token (`<state-dir>/daemon/admin.token`) or a session's token.",
+)
+
+
+async def principal(
+    request: Request,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+) -> Principal:
+    """The caller, as the request guard admitted it."""
+    who = principal_of(request.scope)
+    if who is None:  # only on a public route, which does not ask for a principal
+        raise Unauthorized()
+    return who
+
+
+Who = Annotated[Principal, Depends(principal)]
+
+
+async def admin(who: Who) -> Principal:
+    """A dependency, so the refusal comes before the body is validated (no 422 leak)."""
+    if not who.admin:
+        # A session token must not learn whether other sessions exist, nor this route.
+        raise NotFound()
+    return who
+
+
+Admin = Annotated[Principal, Depends(admin)]
+
+SessionId = Annotated[
+    str,
+    Path(pattern=SESSION_ID_RE.pattern, description="1-64 letters, digits, `_.-`"),
+]
+TaskId = Annotated[str, Path(pattern=TASK_ID_RE.pattern, description="e.g. `bg-7f3a9c2e`")]
+
+
+def session_of(sup: Supervisor, session_id: str, who: Principal) -> Session:
+    """The session, if ``who`` may see it; SessionNotFound otherwise."""
+    if not who.admin and who.session_id != session_id:
+        raise SessionNotFound(session_id)
+    return sup.session(session_id)
+
+
+def session_info(session: Session) -> dict[str, Any]:
+    """A SessionInfo reply."""
+    return {
+        "session_id": session.session_id,
+        "created_at": session.created_at,
+        "ended": session.ended,
+        "tasks": session.task_count(),
+        "running": session.running_count(),
+        "last_seq": session.event_log.last_seq,
+    }
