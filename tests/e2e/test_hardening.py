@@ -145,15 +145,14 @@ def test_unauthenticated_body_is_never_read(tmp_path: Path, policies_dir: Path) 
         s.sendall(head("POST", "/sessions/x/tasks", None, Content_Length=str(1 << 30)))
         with contextlib.suppress(BrokenPipeError):  # the answer may close it first
             s.sendall(b"{" + b" " * 65536)
-        status, headers, body = read_response(s)
+        status, _, body = read_response(s)
         assert time.monotonic() - t0 < 2
         assert status == 401
         assert json.loads(body)["error"]["code"] == "unauthorized"
-        assert headers["connection"] == "close"
-        assert closed_by_peer(s)
         s.close()
 
-        # Three uploads of 256 MiB at once, no token: each is cut short.
+        # Three uploads of 256 MiB at once, no token: each is answered, then cut short once
+        # the daemon has dropped a few MiB of it (so a client still sending reads the 401).
         sent: list[int] = []
 
         def upload() -> None:
@@ -173,7 +172,7 @@ def test_unauthenticated_body_is_never_read(tmp_path: Path, policies_dir: Path) 
         for t in threads:
             t.join(120)
         assert len(sent) == 3
-        assert max(sent) < 64 * MIB, sent
+        assert max(sent) < 32 * MIB, sent
         assert rss_mb(d.proc.pid) - rss_before < 64
         with d.client() as admin:
             assert admin.get("/sessions").json() == []
@@ -189,11 +188,10 @@ def test_body_limit_per_route(tmp_path: Path, policies_dir: Path) -> None:
         # Announced too large: answered before a byte of the body is sent.
         s = connect(d)
         s.sendall(head("POST", tasks, d.token, Content_Length=str(5 * MIB)))
-        status, headers, body = read_response(s)
+        status, _, body = read_response(s)
         err = json.loads(body)["error"]
         assert (status, err["code"], err["limit"]) == (413, "request_too_large", MIB)
         assert str(MIB) in err["message"]
-        assert headers["connection"] == "close"
         s.close()
 
         # Streamed (chunked, no Content-Length): cut once it passes the limit.

@@ -8,6 +8,8 @@ import binascii
 import functools
 import json
 import re
+import types
+import typing
 from typing import Annotated, Any
 
 from pydantic import (
@@ -29,6 +31,14 @@ from supervisor.interfaces.daemon.limits import MAX_INPUT_BYTES, MAX_OFFSET, MAX
 
 #: What a duration string looks like (the range is checked after conversion).
 DURATION_PATTERN = r"^\s*\d+(\.\d+)?\s*(ms|s|m|h)\s*$"
+#: Text without NUL bytes (commands and environment values become C strings).
+_NO_NUL = r"^[^\x00]*$"
+#: A command: something besides blanks, and no NUL byte.
+_COMMAND_PATTERN = r"^[^\x00]*\S[^\x00]*$"
+#: Standard base64 with padding.
+_BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+#: An environment variable's name.
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 #: A consumer name of the acknowledged drain.
 CONSUMER_PATTERN = r"^[A-Za-z0-9_.-]+$"
 #: Strict: JSON's types are the API's types. ``{"seq": false}`` or ``{"seq": "1"}`` is an
@@ -36,8 +46,46 @@ CONSUMER_PATTERN = r"^[A-Za-z0-9_.-]+$"
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+def _types(annotation: Any) -> set[Any]:
+    """The plain types an annotation admits (``Annotated[int, ...] | None`` -> int, None)."""
+    if typing.get_origin(annotation) is Annotated:
+        return _types(typing.get_args(annotation)[0])
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return set().union(*(_types(a) for a in args))
+    return {annotation}
+
+
+@functools.cache
+def _int_fields(model: type[BaseModel]) -> frozenset[str]:
+    """Fields of ``model`` that take an integer (and not also a float)."""
+    out = set()
+    for name, info in model.model_fields.items():
+        admitted = _types(info.annotation)
+        if int in admitted and float not in admitted:
+            out.add(name)
+    return frozenset(out)
+
+
+def whole_numbers_as_int(model: type[BaseModel], data: Any) -> Any:
+    """JSON does not tell ``1.0`` from ``1`` (JSON Schema calls both an integer), so a whole
+    float is taken for an integer field; strict mode still refuses ``true`` and ``"1"``."""
+    if not isinstance(data, dict):
+        return data
+    fields = _int_fields(model)
+    return {
+        k: int(v) if k in fields and isinstance(v, float) and v.is_integer() else v
+        for k, v in data.items()
+    }
+
+
 class _Body(BaseModel):
     model_config = _STRICT
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole(cls, data: Any) -> Any:
+        return whole_numbers_as_int(cls, data)
 
 
 class CreateSession(_Body):
@@ -82,12 +130,33 @@ class StrictLimits(TaskLimits):
 
     model_config = _STRICT
 
+    @model_validator(mode="before")
+    @classmethod
+    def _whole(cls, data: Any) -> Any:
+        return whole_numbers_as_int(cls, data)
+
 
 class StartTask(TaskSpec):
     """A TaskSpec; durations may also be given as strings (``timeout: "10m"``)."""
 
     model_config = _STRICT
 
+    command: Annotated[
+        str,
+        Field(min_length=1, json_schema_extra={"pattern": _COMMAND_PATTERN, "maxLength": 131072}),
+    ]
+    """Shell command, run as ``sh -c COMMAND`` inside the policy's image (not blank, no NUL
+    bytes, at most 128 KiB as UTF-8)."""
+    env: Annotated[
+        dict[str, str],
+        Field(
+            json_schema_extra={
+                "propertyNames": {"pattern": ENV_NAME_PATTERN},
+                "additionalProperties": {"type": "string", "pattern": _NO_NUL},
+            }
+        ),
+    ] = Field(default_factory=dict)
+    """Extra environment variables; names must be on the policy's allowlist."""
     limits: StrictLimits | None = None
     """Tighter limits than the policy's; asking for more than the policy allows is an error."""
     timeout: _Duration = None
@@ -113,6 +182,11 @@ class StartTask(TaskSpec):
             why = exc.errors()[0]["msg"]
             raise ValueError(f"{value!r} is {number} as {long}: {why}") from None
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole(cls, data: Any) -> Any:
+        return whole_numbers_as_int(cls, data)
 
     @model_validator(mode="after")
     def _no_double(self) -> StartTask:
@@ -141,7 +215,10 @@ class InputBody(_Body):
 
     text: str | None = None
     """Text, written as UTF-8."""
-    data_b64: str | None = None
+    data_b64: Annotated[
+        str | None,
+        Field(json_schema_extra={"pattern": _BASE64_PATTERN, "contentEncoding": "base64"}),
+    ] = None
     """Bytes, base64-encoded (any bytes: use this for binary input)."""
     eof: bool = False
     """Close the task's stdin after writing."""
@@ -185,8 +262,10 @@ class WaitBody(_Body):
 class WaitForBody(_Body):
     """Wait for an output line matching a pattern."""
 
-    pattern: Annotated[str, Field(min_length=1, max_length=10_000)]
-    """A regular expression searched in each output line."""
+    pattern: Annotated[
+        str, Field(min_length=1, max_length=10_000, json_schema_extra={"format": "regex"})
+    ]
+    """A regular expression searched in each output line (400 when it is not one)."""
     timeout_s: _WaitSeconds = 30.0
     """How long the server waits (at most 300 s)."""
     from_offset: Annotated[int, Field(ge=0, le=MAX_OFFSET)] = 0

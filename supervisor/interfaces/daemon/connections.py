@@ -27,10 +27,12 @@ from uvicorn.server import ServerState
 from supervisor.core.errors import RequestTimeout, SupervisorError, TooManyConnections
 from supervisor.core.logs import get_logger
 from supervisor.interfaces.daemon.errors import error_body, status_of
-from supervisor.interfaces.daemon.limits import MAX_REFUSING, REFUSE_LINGER_S
+from supervisor.interfaces.daemon.limits import MAX_DRAIN, MAX_REFUSING, REFUSE_LINGER_S
 
 log = get_logger("supervisor.interfaces.daemon")
 
+#: Our side's h11 states while a request is being answered (its head has arrived).
+_SERVING = (h11.SEND_RESPONSE, h11.SEND_BODY)
 #: Descriptors a raised soft limit aims for when the hard limit is unlimited.
 _NOFILE_TARGET = 1 << 20
 
@@ -85,6 +87,7 @@ class GuardedH11Protocol(H11Protocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._linger: asyncio.TimerHandle | None = None
         self._head_bytes = 0
+        self._drained = 0
 
     # -- the cap ------------------------------------------------------------------------
 
@@ -132,12 +135,21 @@ class GuardedH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # read and dropped, so closing cannot reset the connection
+        # Answered before its body was read (401, 413): the rest of the body is read and
+        # dropped, so the client gets to read the answer (closing on unread data resets a
+        # TCP connection, and the answer is lost), but only up to MAX_DRAIN bytes.
+        draining = self.conn.our_state is h11.DONE and self.conn.their_state is h11.SEND_BODY
         super().data_received(data)
+        if draining:
+            self._drained += len(data)
+            if self._drained > MAX_DRAIN and not self.transport.is_closing():
+                self.transport.close()
+                return
         if self._header_timer is not None:
-            if self.conn.their_state is h11.IDLE:
+            if self.conn.our_state in _SERVING:
+                self._cancel_header_timer()  # the next request's head is complete
+            elif self.conn.their_state is h11.IDLE:
                 self._head_bytes += len(data)
-            else:
-                self._cancel_header_timer()  # the request's head is complete
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
@@ -156,9 +168,11 @@ class GuardedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        # A kept-alive connection now waits for its next request head (uvicorn's keep-alive
-        # timer closes it if nothing comes; this one bounds a head that starts and stalls).
-        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+        # A kept-alive connection now waits for the rest of an unread body and its next
+        # request head, within the same deadline (uvicorn's keep-alive timer closes it if
+        # nothing comes at all; this one bounds what starts and stalls).
+        if not self.transport.is_closing() and self.conn.our_state not in _SERVING:
+            self._drained = 0
             self._arm_header_timer()
 
     def _arm_header_timer(self) -> None:
@@ -175,10 +189,10 @@ class GuardedH11Protocol(H11Protocol):
 
     def _header_timed_out(self) -> None:
         self._header_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+        if self.transport.is_closing() or self.conn.our_state in _SERVING:
             return
         self.listener.timed_out += 1
-        if self._head_bytes:
+        if self._head_bytes and self.conn.their_state is h11.IDLE:
             # Half a request came: say why it is cut. A connection that sent nothing (a
             # kept-alive one between requests) is closed silently, as clients expect.
             timeout = self.listener.header_timeout_s

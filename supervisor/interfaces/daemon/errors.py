@@ -93,8 +93,8 @@ def error_body(exc: SupervisorError) -> dict[str, Any]:
 
 
 def error_response(exc: SupervisorError, *, close: bool = False) -> JSONResponse:
-    """``exc`` as an HTTP answer. ``close``: end the connection after it (the request's body
-    was not read, and reading it only to throw it away would cost the time it takes)."""
+    """``exc`` as an HTTP answer. ``close``: end the connection after it (what is left of
+    the request is not worth waiting for)."""
     headers: dict[str, str] = {}
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"

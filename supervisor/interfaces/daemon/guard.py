@@ -71,7 +71,6 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        body: bytes | None = None
         try:
             route_path = self._admit(scope, headers)
             body = await self._read_body(scope, headers, receive, route_path)
@@ -80,8 +79,9 @@ class RequestGuard:
         except _ClientGone:
             return
         except SupervisorError as exc:
-            unread = body is None and _announces_body(headers)
-            await error_response(exc, close=unread)(scope, receive, send)
+            # A body refused unread (401, 413) is drained by the connection, within bounds
+            # (connections.MAX_DRAIN); a body that stopped coming ends the connection.
+            await error_response(exc, close=isinstance(exc, RequestTimeout))(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
 
@@ -150,11 +150,6 @@ class RequestGuard:
                 f"({size} bytes came)"
             ) from exc
         return b"".join(chunks)
-
-
-def _announces_body(headers: Headers) -> bool:
-    length = headers.get("content-length")
-    return "transfer-encoding" in headers or (length is not None and length not in ("", "0"))
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

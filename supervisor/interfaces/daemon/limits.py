@@ -28,6 +28,10 @@ BODY_LIMITS: dict[str, int] = {
 #: Bytes of stdin one ``/input`` request may carry (after base64 decoding).
 MAX_INPUT_BYTES = 1 * MIB
 
+#: After answering a request before reading its body (401, 413), the daemon reads and drops
+#: at most this much of the body, so the client can read the answer, then closes.
+MAX_DRAIN = 8 * MIB
+
 #: Request line plus headers, at most (h11 answers 400 beyond it).
 MAX_HEADER_BYTES = 16 * KIB
 #: A request's line and headers must arrive within this many seconds of the connection
