@@ -671,6 +671,27 @@ def test_json_types_are_strict(daemon: Daemon, admin: httpx.Client) -> None:
     expect_error(
         c.post(f"{tbase}/input", json={"text": "x", "eof": "yes"}), 422, "invalid_request", "eof"
     )
+    # Query strings and headers are text, read in the one spelling of their type.
+    for params, field in (
+        ({"offset": "1_0"}, "query.offset"),
+        ({"offset": " 1"}, "query.offset"),
+        ({"limit": "1.0"}, "query.limit"),
+        ({"wait_s": "1,5"}, "query.wait_s"),
+    ):
+        expect_error(c.get(f"{tbase}/output", params=params), 422, "invalid_request", field)
+    assert c.get(f"{tbase}/output", params={"offset": "0", "wait_s": "1e-3"}).status_code == 200
+    for active in ("yes", "1", "True", "on"):
+        expect_error(
+            c.get(tasks, params={"active": active}), 422, "invalid_request", "query.active"
+        )
+    assert c.get(tasks, params={"active": "true"}).json() == []
+    assert len(c.get(tasks, params={"active": "false"}).json()) == 1
+    expect_error(
+        c.get("/sessions/strict/events/stream", headers={"Last-Event-ID": "1.0"}),
+        422,
+        "invalid_request",
+        "header.Last-Event-ID",
+    )
     c.close()
 
 

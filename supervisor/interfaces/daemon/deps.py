@@ -3,10 +3,13 @@ for a caller (another session's ids answer exactly like ids that do not exist)."
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BeforeValidator
 
 from supervisor.core.errors import NotFound, SessionNotFound, Unauthorized
 from supervisor.core.ids import SESSION_ID_RE, TASK_ID_RE
@@ -52,6 +55,39 @@ SessionId = Annotated[
     Path(pattern=SESSION_ID_RE.pattern, description="1-64 letters, digits, `_.-`"),
 ]
 TaskId = Annotated[str, Path(pattern=TASK_ID_RE.pattern, description="e.g. `bg-7f3a9c2e`")]
+
+
+# -- query and header values, as strict as JSON bodies --------------------------------------
+# A query string is text, so these are parsed from text; but only in the one spelling the
+# schema's type has (pydantic alone would also take "1_000", " 1" or "1.0" for an integer and
+# "yes", "on" or "1" for a boolean).
+
+_INTEGER = re.compile(r"-?[0-9]+")
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def _spelled(pattern: re.Pattern[str], what: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if isinstance(value, str) and not pattern.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not {what}")
+        return value
+
+    return check
+
+
+def _boolean(value: Any) -> Any:
+    if isinstance(value, str):
+        if value not in ("true", "false"):
+            raise ValueError(f"{value[:40]!r} is not true or false")
+        return value == "true"
+    return value
+
+
+#: Put after ``Query(...)`` in an ``Annotated`` (before it, the range would not reach the
+#: OpenAPI document as minimum/maximum).
+INTEGER = BeforeValidator(_spelled(_INTEGER, "an integer"))
+NUMBER = BeforeValidator(_spelled(_NUMBER, "a number"))
+BOOLEAN = BeforeValidator(_boolean)
 
 
 def session_of(sup: Supervisor, session_id: str, who: Principal) -> Session:

@@ -13,7 +13,7 @@ from supervisor.core.errors import InvalidRequest
 from supervisor.core.events import NOTIFY_TYPES, BaseEvent
 from supervisor.core.render import render_json, render_xml
 from supervisor.interfaces.daemon.bodies import CONSUMER_PATTERN, AckBody
-from supervisor.interfaces.daemon.deps import SessionId, Who, session_of
+from supervisor.interfaces.daemon.deps import INTEGER, NUMBER, SessionId, Who, session_of
 from supervisor.interfaces.daemon.limits import MAX_SEQ, MAX_WAIT_S
 from supervisor.interfaces.daemon.replies import (
     Acked,
@@ -27,9 +27,9 @@ from supervisor.runtime.supervisor import Supervisor
 
 #: How often an idle SSE stream sends a comment, so proxies and clients see it is alive.
 KEEP_ALIVE_S = 15.0
-_Seq = Annotated[int, Query(ge=0, le=MAX_SEQ)]
-_Limit = Annotated[int, Query(ge=1, le=10_000)]
-_WaitS = Annotated[float, Query(ge=0, le=MAX_WAIT_S)]
+_Seq = Annotated[int, Query(ge=0, le=MAX_SEQ), INTEGER]
+_Limit = Annotated[int, Query(ge=1, le=10_000), INTEGER]
+_WaitS = Annotated[float, Query(ge=0, le=MAX_WAIT_S), NUMBER]
 _Format = Literal["xml", "json"]
 _EVENTS: list[str | Enum] = ["events"]
 
@@ -143,10 +143,11 @@ def add_event_routes(api: FastAPI, sup: Supervisor) -> None:
     async def event_stream(
         session_id: SessionId,
         who: Who,
-        after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
+        after: Annotated[int | None, Query(ge=0, le=MAX_SEQ), INTEGER] = None,
         last_event_id: Annotated[
             int | None,
             Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ, description="Resume after this seq"),
+            INTEGER,
         ] = None,
     ) -> EventStreamResponse:
         """Server-sent events, ``id: <seq>``; reconnect with ``Last-Event-ID`` to resume
@@ -205,7 +206,7 @@ def add_event_routes(api: FastAPI, sup: Supervisor) -> None:
         who: Who,
         consumer: Annotated[str, Query(min_length=1, max_length=64, pattern=CONSUMER_PATTERN)],
         format: _Format = "xml",
-        limit: Annotated[int, Query(ge=1, le=10_000)] = 200,
+        limit: Annotated[int, Query(ge=1, le=10_000), INTEGER] = 200,
     ) -> Response:
         """Notifications ``consumer`` has not acknowledged yet. Deliver them, then POST
         .../ack with ``cursor``: nothing reaches the agent twice, nothing is lost."""

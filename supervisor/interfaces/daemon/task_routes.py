@@ -12,7 +12,15 @@ from fastapi.responses import JSONResponse, Response
 from supervisor.core.errors import TaskNotFound, WaitTimeout
 from supervisor.core.models import Kind, TaskInfo
 from supervisor.interfaces.daemon.bodies import InputBody, StartTask, WaitBody, WaitForBody
-from supervisor.interfaces.daemon.deps import SessionId, TaskId, Who, session_of
+from supervisor.interfaces.daemon.deps import (
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    SessionId,
+    TaskId,
+    Who,
+    session_of,
+)
 from supervisor.interfaces.daemon.limits import MAX_OFFSET, MAX_WAIT_S
 from supervisor.interfaces.daemon.replies import (
     OutputText,
@@ -73,7 +81,10 @@ def _lookup_routes(api: FastAPI, sup: Supervisor) -> None:
         responses=error_responses(404),
     )
     async def list_tasks(
-        session_id: SessionId, who: Who, kind: Kind | None = None, active: bool = False
+        session_id: SessionId,
+        who: Who,
+        kind: Kind | None = None,
+        active: Annotated[bool, Query(), BOOLEAN] = False,
     ) -> list[TaskInfo]:
         """The session's tasks (``active=true``: only those not ended)."""
         return await session_of(sup, session_id, who).list(kind, active_only=active)
@@ -161,10 +172,10 @@ def _output_routes(api: FastAPI, sup: Supervisor) -> None:
         session_id: SessionId,
         task_id: TaskId,
         who: Who,
-        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-        limit: Annotated[int, Query(ge=1, le=MAX_READ)] = 65536,
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET), INTEGER] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_READ), INTEGER] = 65536,
         encoding: Literal["text", "base64", "raw"] = "text",
-        wait_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0.0,
+        wait_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S), NUMBER] = 0.0,
     ) -> Response:
         """Bytes at ``offset``. ``text`` decodes UTF-8 with replacement (``lossy`` says so);
         ``base64`` and ``raw`` keep bytes exact. ``wait_s`` waits for output past ``offset``."""
@@ -192,7 +203,7 @@ def _output_routes(api: FastAPI, sup: Supervisor) -> None:
         session_id: SessionId,
         task_id: TaskId,
         who: Who,
-        chars: Annotated[int, Query(ge=1, le=1_000_000)] = 4000,
+        chars: Annotated[int, Query(ge=1, le=1_000_000), INTEGER] = 4000,
     ) -> dict[str, Any]:
         """The last ``chars`` characters of output."""
         text = await session_of(sup, session_id, who).tail(task_id, chars)
