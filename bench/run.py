@@ -39,8 +39,9 @@ BENCHMARKS = {
     "scale": "bench.scale",
     "teardown": "bench.teardown",
     "stall": "bench.stall",
+    "attack": "bench.attack",
 }
-ALIASES = {"event-latency": "latency", "events": "latency"}
+ALIASES = {"event-latency": "latency", "events": "latency", "under-attack": "attack"}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

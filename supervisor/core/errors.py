@@ -8,7 +8,7 @@ is registered under it (:func:`error_class`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -200,17 +200,27 @@ class FieldProblem:
 def field_problems(
     errors: Iterable[Mapping[str, Any]], *, drop: tuple[str, ...] = ("body",)
 ) -> list[FieldProblem]:
-    """pydantic's ``ValidationError.errors()`` as named problems (``drop``: location parts
-    that name the container, not a field). Unknown fields read ``unknown field``."""
+    """pydantic's ``ValidationError.errors()`` as named problems, worded for people:
+    ``env.A``, ``query.limit``, ``header.Last-Event-ID``. ``drop``: a leading location part
+    that names the container (a JSON body's fields are named as they are in the body).
+    Unknown fields read ``unknown field``; our validators' ``Value error, `` prefix goes."""
     problems = []
     for err in errors:
         kind = str(err.get("type", ""))
-        loc = [str(p) for p in err.get("loc", ()) if p not in drop]
-        if kind == "json_invalid":
-            loc = []  # its location is a character position, not a field
+        loc = [str(p) for p in err.get("loc", ())]
+        if loc and loc[0] in drop:
+            loc = loc[1:]
+        if len(loc) >= 2 and loc[0] == "header":
+            loc[1] = "-".join(
+                w.upper() if w.lower() == "id" else w.title() for w in loc[1].split("-")
+            )
         message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         if kind == "extra_forbidden":
             message = "unknown field"
+        elif kind == "json_invalid":
+            loc = []  # its location is a character position, not a field
+            ctx = err.get("ctx") or {}
+            message = f"not valid JSON ({ctx['error']})" if "error" in ctx else "not valid JSON"
         problems.append(FieldProblem(".".join(loc), message, kind, err.get("input")))
     return problems
 
@@ -224,13 +234,21 @@ class InvalidRequest(SpecError):
 
     def __init__(
         self,
-        problem: str,
+        problem: str | Sequence[tuple[str, str]],
         *,
         field: str | None = None,
         fields: list[dict[str, str]] | None = None,
     ) -> None:
+        if not isinstance(problem, str):  # (field, what is wrong) pairs
+            fields = [{"field": name, "message": why} for name, why in problem]
+            problem = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         super().__init__(problem, field=field)
         self.fields = list(fields or [])
+
+    @classmethod
+    def from_errors(cls, errors: Iterable[Mapping[str, Any]]) -> InvalidRequest:
+        """From pydantic's ``ValidationError.errors()`` (or FastAPI's request errors)."""
+        return cls.from_problems(field_problems(errors))
 
     @classmethod
     def from_problems(cls, problems: Iterable[FieldProblem]) -> InvalidRequest:
@@ -310,6 +328,9 @@ class Unauthorized(SupervisorError, PermissionError):
     code = "unauthorized"
     status = 401
 
+    def __init__(self, message: str = "missing or invalid bearer token") -> None:
+        super().__init__(message)
+
 
 class NotFound(SupervisorError, LookupError):
     """No such resource: an unknown route, or one this token may not see (the same answer,
@@ -317,6 +338,9 @@ class NotFound(SupervisorError, LookupError):
 
     code = "not_found"
     status = 404
+
+    def __init__(self, message: str = "no such resource") -> None:
+        super().__init__(message)
 
 
 class Forbidden(SupervisorError, PermissionError):
@@ -339,17 +363,65 @@ class ForbiddenOrigin(Forbidden):
 
 
 class MethodNotAllowed(SupervisorError):
-    """The route exists but not with this HTTP method."""
+    """The route exists but not with this HTTP method; ``allowed`` lists its methods."""
 
     code = "method_not_allowed"
     status = 405
 
+    def __init__(
+        self, method: str = "", allowed: Iterable[str] = (), *, message: str | None = None
+    ) -> None:
+        self.allowed = sorted(set(allowed))
+        super().__init__(
+            message or f"{method} is not allowed here (allowed: {', '.join(self.allowed)})"
+        )
 
-class PayloadTooLarge(SupervisorError, ValueError):
-    """The request body is larger than the daemon accepts."""
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        allowed = detail.get("allowed")
+        return cls(allowed=[str(a) for a in allowed or [] if isinstance(a, str)], message=message)
 
-    code = "payload_too_large"
+    def wire_detail(self) -> dict[str, Any]:
+        return {"allowed": self.allowed}
+
+
+class RequestTooLarge(SupervisorError, ValueError):
+    """The request body is over its route's limit; ``limit`` is that limit in bytes."""
+
+    code = "request_too_large"
     status = 413
+
+    def __init__(self, message: str, limit: int = 0) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        limit = detail.get("limit")
+        return cls(message, limit if isinstance(limit, int) else 0)
+
+    def wire_detail(self) -> dict[str, Any]:
+        return {"limit": self.limit}
+
+
+class InputTooLarge(RequestTooLarge):
+    """More bytes for a task's stdin in one request than the limit allows."""
+
+    code = "input_too_large"
+
+
+class RequestTimeout(SupervisorError, TimeoutError):
+    """The request's head or body did not arrive in time."""
+
+    code = "request_timeout"
+    status = 408
+
+
+class TooManyConnections(SupervisorError, ConnectionError):
+    """The listener already holds as many connections as it allows."""
+
+    code = "too_many_connections"
+    status = 503
 
 
 class HttpError(SupervisorError):

@@ -72,8 +72,10 @@ def start_daemon(
     *extra: str,
     stop_tasks_on_exit: bool = True,
     env_extra: dict[str, str] | None = None,
+    nofile: tuple[int, int] | None = None,
 ) -> Daemon:
-    """Start ``sbx serve`` and wait until it answers (bounded)."""
+    """Start ``sbx serve`` and wait until it answers (bounded). ``nofile``: the (soft, hard)
+    open-files limit the daemon starts with."""
     state_dir.mkdir(parents=True, exist_ok=True)
     log = state_dir.parent / f"{state_dir.name}-daemon.log"
     env = {
@@ -91,6 +93,9 @@ def start_daemon(
         args.append("--stop-tasks-on-exit")
     args += list(extra)
     with open(log, "ab") as fh:
+        if nofile is not None:
+            # prlimit execs the daemon: the same pid, started with these limits.
+            args = ["prlimit", f"--nofile={nofile[0]}:{nofile[1]}", "--", *args]
         proc = subprocess.Popen(args, stdout=fh, stderr=fh, env=env, cwd=REPO)
     info_file = state_dir / "daemon" / "daemon.json"
     deadline = time.monotonic() + 30

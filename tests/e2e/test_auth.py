@@ -151,6 +151,55 @@ def test_missing_or_bad_token_is_401(daemon: Daemon, two_sessions: dict[str, Any
         assert len(admin.get("/sessions/alpha/tasks").json()) == 1
 
 
+def test_nothing_but_healthz_answers_without_a_token(daemon: Daemon) -> None:
+    """No route, method, document or docs page is revealed to a caller without a token: every
+    path and method answers 401 (PUT /sessions was a 405 naming POST; /openapi.json, /docs,
+    /redoc and /docs/oauth2-redirect answered, /docs loading Swagger UI from a CDN)."""
+    probes = [
+        ("PUT", "/sessions"),
+        ("PATCH", "/sessions/alpha"),
+        ("PUT", "/sessions/alpha/tasks/bg-00000000"),
+        ("GET", "/openapi.json"),
+        ("GET", "/docs"),
+        ("GET", "/redoc"),
+        ("GET", "/docs/oauth2-redirect"),
+        ("GET", "/no-such-route"),
+        ("DELETE", "/healthz/x"),
+        ("POST", "/"),
+    ]
+    with uds(daemon, None) as anon:
+        for method, path in probes:
+            r = anon.request(method, path)
+            assert r.status_code == 401, (method, path, r.status_code, r.text)
+            assert r.json() == {
+                "error": {"code": "unauthorized", "message": "missing or invalid bearer token"}
+            }
+            assert "allow" not in r.headers
+        assert anon.get("/healthz").status_code == 200
+    with uds(daemon, daemon.token) as admin:
+        # Authenticated: the docs pages do not exist at all (no UI, no CDN); the spec does.
+        for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+            r = admin.get(path)
+            assert r.status_code == 404, (path, r.text)
+            assert r.json()["error"]["code"] == "not_found"
+        assert admin.get("/openapi.json").json()["info"]["title"] == "sandbox-supervisor"
+        # 405 lists every method of the path (it listed one route's: GET, not DELETE).
+        for method, path, allowed in (
+            ("PUT", "/sessions", "GET, POST"),
+            ("PUT", "/sessions/alpha", "DELETE, GET"),
+            ("POST", "/healthz", "GET"),
+            ("DELETE", "/sessions/alpha/tasks", "GET, POST"),
+        ):
+            r = admin.request(method, path)
+            assert r.status_code == 405, (method, path, r.text)
+            assert r.headers["allow"] == allowed
+            assert r.json()["error"] == {
+                "code": "method_not_allowed",
+                "message": f"{method} is not allowed here (allowed: {allowed})",
+                "allowed": allowed.split(", "),
+            }
+
+
 def test_cross_session_access_is_404(daemon: Daemon, two_sessions: dict[str, Any]) -> None:
     a, b = two_sessions["alpha"], two_sessions["bravo"]
     with uds(daemon, a["token"]) as c:

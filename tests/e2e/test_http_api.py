@@ -21,6 +21,7 @@ import docker
 import httpx
 import pytest
 
+from supervisor.core.ids import SESSION_ID_RE, TASK_ID_RE
 from tests.e2e.conftest import Daemon
 
 pytestmark = pytest.mark.timeout(180)
@@ -510,7 +511,7 @@ def test_validation_errors(daemon: Daemon, admin: httpx.Client) -> None:
     msg = expect_error(
         c.post(tasks, json={**ok, "timeout": "ten seconds"}), 422, "invalid_request", "timeout"
     )
-    assert "500ms, 30s, 5m or 1h" in msg
+    assert "500ms, 30s, 5m, 1h" in msg
     # A 400-digit duration once escaped as an OverflowError (HTTP 500).
     expect_error(
         c.post(tasks, json={**ok, "timeout": "9" * 400 + "s"}), 422, "invalid_request", "timeout"
@@ -618,14 +619,112 @@ def test_validation_errors(daemon: Daemon, admin: httpx.Client) -> None:
         c.get("/sessions/valid/events/stream", headers={"Last-Event-ID": "-3"}),
         422,
         "invalid_request",
+        "header.Last-Event-ID",
     )
-    assert msg.startswith("Last-Event-ID")
     expect_error(
         c.post("/sessions/valid/notifications/ack", json={"consumer": "a", "seq": 10**6}),
         422,
         "invalid_request",
         "seq",
     )
+    c.close()
+
+
+def test_json_types_are_strict(daemon: Daemon, admin: httpx.Client) -> None:
+    """A boolean or a string where the schema says integer (or boolean) is refused, naming
+    the field, never coerced (``{"seq": false}`` was a silent 0)."""
+    tok = open_session(admin, "strict")
+    c = daemon.client(token=tok)
+    ack = "/sessions/strict/notifications/ack"
+    for seq in (False, True, "1", "0", 0.5, None):
+        expect_error(c.post(ack, json={"consumer": "a", "seq": seq}), 422, "invalid_request", "seq")
+    # JSON (and JSON Schema) does not tell 0 from 0.0: both are the integer 0.
+    for seq in (0, 0.0):
+        assert c.post(ack, json={"consumer": "a", "seq": seq}).json() == {
+            "consumer": "a",
+            "acked": 0,
+        }
+    tasks = "/sessions/strict/tasks"
+    ok = {"command": "echo ready", "policy": "fast"}
+    for field, value in (
+        ("timeout_ms", "1000"),
+        ("timeout_ms", True),
+        ("persistent", 1),
+        ("persistent", "true"),
+        ("poll_every_s", "60"),
+        ("command", 1),
+        ("env.A", 1),
+        ("limits.memory_mb", "64"),
+    ):
+        outer, _, inner = field.partition(".")
+        body = {**ok, outer: {inner: value} if inner else value}
+        expect_error(c.post(tasks, json=body), 422, "invalid_request", field)
+    r = c.post(tasks, json={**ok, "timeout_ms": 60_000, "poll_every_s": 60, "persistent": False})
+    assert r.status_code == 201, r.text
+    tbase = f"{tasks}/{r.json()['task_id']}"
+    assert c.post(f"{tbase}/wait", json={"timeout_s": 60}).json()["task"]["status"] == "completed"
+    for body in ({"pattern": "x", "from_offset": False}, {"pattern": "x", "from_offset": "0"}):
+        expect_error(c.post(f"{tbase}/wait-for", json=body), 422, "invalid_request", "from_offset")
+    expect_error(c.post(f"{tbase}/wait", json={"timeout_s": "1"}), 422, "invalid_request")
+    # An integer where a number is asked for is a number (JSON does not tell 1 from 1.0).
+    assert c.post(f"{tbase}/wait", json={"timeout_s": 1}).json()["timed_out"] is False
+    expect_error(
+        c.post(f"{tbase}/input", json={"text": "x", "eof": "yes"}), 422, "invalid_request", "eof"
+    )
+    # Query strings and headers are text, read in the one spelling of their type.
+    for params, field in (
+        ({"offset": "1_0"}, "query.offset"),
+        ({"offset": " 1"}, "query.offset"),
+        ({"limit": "1.0"}, "query.limit"),
+        ({"wait_s": "1,5"}, "query.wait_s"),
+    ):
+        expect_error(c.get(f"{tbase}/output", params=params), 422, "invalid_request", field)
+    assert c.get(f"{tbase}/output", params={"offset": "0", "wait_s": "1e-3"}).status_code == 200
+    for active in ("yes", "1", "True", "on"):
+        expect_error(
+            c.get(tasks, params={"active": active}), 422, "invalid_request", "query.active"
+        )
+    assert c.get(tasks, params={"active": "true"}).json() == []
+    assert len(c.get(tasks, params={"active": "false"}).json()) == 1
+    expect_error(
+        c.get("/sessions/strict/events/stream", headers={"Last-Event-ID": "1.0"}),
+        422,
+        "invalid_request",
+        "header.Last-Event-ID",
+    )
+    c.close()
+
+
+def test_lone_surrogate_is_refused_naming_the_field(daemon: Daemon, admin: httpx.Client) -> None:
+    """A lone UTF-16 surrogate (``"\\ud800"``, valid JSON but not Unicode) was a 422 that
+    said "Error serializing to JSON: UnicodeEncodeError" and named no field."""
+    tok = open_session(admin, "surrogate")
+    c = daemon.client(token=tok)
+    tasks = "/sessions/surrogate/tasks"
+    json_type = {"Content-Type": "application/json"}
+
+    def post(path: str, raw: str) -> httpx.Response:
+        return c.post(path, content=raw.encode(), headers=json_type)
+
+    cases = [
+        ('{"command": "echo hi", "policy": "fast", "env": {"A": "\\ud800"}}', "env.A"),
+        ('{"command": "echo \\udfff", "policy": "fast"}', "command"),
+        ('{"command": "echo hi", "description": "x\\ud83d", "policy": "fast"}', "description"),
+        ('{"command": "echo hi", "policy": "fast", "env": {"\\ud800": "v"}}', "env (a key)"),
+    ]
+    for raw, field in cases:
+        msg = expect_error(post(tasks, raw), 422, "invalid_request", field)
+        assert "lone UTF-16 surrogate" in msg, msg
+        assert "serializ" not in msg.lower()
+    # A surrogate pair is a valid character (U+1F600), and so is an escaped backslash-u.
+    r = post(tasks, '{"command": "echo \\ud83d\\ude00 \\\\ud800", "policy": "fast"}')
+    assert r.status_code == 201, r.text
+    tid = r.json()["task_id"]
+    assert r.json()["command"] == "echo \U0001f600 \\ud800"
+    done = c.post(f"{tasks}/{tid}/wait", json={"timeout_s": 60}).json()["task"]
+    assert done["status"] == "completed"
+    # Nothing was started by the refused requests.
+    assert [t["task_id"] for t in c.get(tasks).json()] == [tid]
     c.close()
 
 
@@ -669,9 +768,12 @@ def test_healthz_and_openapi(daemon: Daemon) -> None:
         assert health["engine"]["api_version"]
         assert health["sessions"] == 0
         assert health["running_tasks"] == 0
+        # The document is for authenticated callers only (it was public).
         r = anon.get("/openapi.json")
-        assert r.status_code == 200
-        doc = r.json()
+        assert r.status_code == 401
+        assert r.json()["error"]["code"] == "unauthorized"
+    with daemon.client() as admin:
+        doc = admin.get("/openapi.json").json()
     assert doc["openapi"].startswith("3.")
     paths = doc["paths"]
     for path in (
@@ -684,6 +786,7 @@ def test_healthz_and_openapi(daemon: Daemon) -> None:
     ):
         assert path in paths, path
     assert "timeout" in doc["components"]["schemas"]["StartTask"]["properties"]
+    check_openapi_is_exact(doc)
 
     # running_tasks counts live tasks across sessions.
     with daemon.client() as admin:
@@ -701,6 +804,63 @@ def test_healthz_and_openapi(daemon: Daemon) -> None:
             assert (health["sessions"], health["running_tasks"]) == (1, 1)
             assert c.delete("/sessions/health").json()["tasks_stopped"] == 1
         assert admin.get("/healthz").json()["running_tasks"] == 0
+
+
+def check_openapi_is_exact(doc: dict[str, Any]) -> None:
+    """What the document used to get wrong: only 200 and 422 documented (422 in FastAPI's own
+    shape, not ours), SSE as JSON, the XML notifications missing, no id patterns, a string
+    Last-Event-ID."""
+    schemas = doc["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas
+    assert set(schemas["ErrorBody"]["properties"]) == {"error"}
+    assert {"code", "message"} <= set(schemas["ErrorDetail"]["required"])
+    assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    error_ref = {"$ref": "#/components/schemas/ErrorBody"}
+    for path, operations in doc["paths"].items():
+        for method, op in operations.items():
+            where = f"{method.upper()} {path}"
+            responses = op["responses"]
+            public = path == "/healthz"
+            assert ("security" in op) is not public, where
+            expected = {"403", "408", "503"} | (set() if public else {"401"})
+            if op.get("parameters") or "requestBody" in op:
+                expected |= {"422"}
+            if "requestBody" in op:
+                expected |= {"413"}
+            if "{session_id}" in path or "{task_id}" in path:
+                expected |= {"404"}
+            assert expected <= set(responses), (where, sorted(responses))
+            for status, entry in responses.items():
+                if int(status) >= 400 and not public:
+                    assert entry["content"] == {"application/json": {"schema": error_ref}}, (
+                        where,
+                        status,
+                    )
+            for param in op.get("parameters", []):
+                if param["name"] == "session_id":
+                    assert param["schema"]["pattern"] == SESSION_ID_RE.pattern, where
+                if param["name"] == "task_id":
+                    assert param["schema"]["pattern"] == TASK_ID_RE.pattern, where
+    tasks = doc["paths"]["/sessions/{session_id}/tasks"]["post"]["responses"]
+    assert {"400", "409", "424", "429", "502", "507"} <= set(tasks)
+    stream = doc["paths"]["/sessions/{session_id}/events/stream"]["get"]
+    assert set(stream["responses"]["200"]["content"]) == {"text/event-stream"}
+    (last_event_id,) = [p for p in stream["parameters"] if p["in"] == "header"]
+    assert last_event_id["name"] == "Last-Event-ID"
+    assert {"type": "integer", "minimum": 0} in [
+        {k: v for k, v in option.items() if k in ("type", "minimum")}
+        for option in last_event_id["schema"]["anyOf"]
+    ]
+    notes = doc["paths"]["/sessions/{session_id}/notifications"]["get"]["responses"]["200"]
+    assert set(notes["content"]) == {"application/json", "application/xml"}
+    output = doc["paths"]["/sessions/{session_id}/tasks/{task_id}/output"]["get"]
+    assert set(output["responses"]["200"]["content"]) == {
+        "application/json",
+        "application/octet-stream",
+    }
+    stop = doc["paths"]["/sessions/{session_id}/tasks/{task_id}/stop"]["post"]["responses"]
+    assert "409" in stop
+    assert "/docs" not in doc["paths"]
 
 
 async def test_sbx_client_round_trip(daemon: Daemon) -> None:

@@ -52,7 +52,10 @@ DAEMON_CODES: dict[str, type[SupervisorError]] = {
     "forbidden_host": ForbiddenHost,
     "forbidden_origin": errors.ForbiddenOrigin,
     "method_not_allowed": errors.MethodNotAllowed,
-    "payload_too_large": errors.PayloadTooLarge,
+    "request_too_large": errors.RequestTooLarge,
+    "input_too_large": errors.InputTooLarge,
+    "request_timeout": errors.RequestTimeout,
+    "too_many_connections": errors.TooManyConnections,
     "http_error": HttpError,
 }
 
@@ -112,7 +115,7 @@ def test_builtin_families() -> None:
     assert issubclass(NotFound, LookupError)
     assert issubclass(Unauthorized, PermissionError)
     assert issubclass(InvalidRequest, SpecError) and issubclass(InvalidRequest, ValueError)
-    assert issubclass(errors.PayloadTooLarge, ValueError)
+    assert issubclass(errors.RequestTooLarge, ValueError)
 
 
 # -- from the wire ----------------------------------------------------------------------------
@@ -233,6 +236,6 @@ def test_field_problems_drop_the_container_and_strip_value_error() -> None:
     problems = field_problems(raw)
     assert [(p.field, p.message) for p in problems] == [
         ("env", "bad name"),
-        ("", "JSON decode error"),
+        ("", "not valid JSON"),
     ]
-    assert str(InvalidRequest.from_problems(problems)) == "env: bad name; body: JSON decode error"
+    assert str(InvalidRequest.from_problems(problems)) == "env: bad name; body: not valid JSON"

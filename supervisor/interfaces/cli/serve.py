@@ -6,9 +6,10 @@ import argparse
 from pathlib import Path
 
 from supervisor.core.paths import default_state_dir
-from supervisor.interfaces.cli.common import HelpFormatter
+from supervisor.interfaces.cli.common import HelpFormatter, duration_s, nonnegative_int
+from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_CONNECTIONS
 
-EPILOG = """\
+EPILOG = f"""\
 examples:
   sbx serve                                  unix socket in <state-dir>/daemon/sbx.sock
   sbx serve --listen 127.0.0.1:8377          also loopback TCP (bearer token required)
@@ -16,6 +17,9 @@ examples:
   sbx serve --webhook https://example/hook --webhook-secret-file secret.txt
 
 The admin token is in <state-dir>/daemon/admin.token (mode 0600).
+The daemon raises its own open-files limit (nofile) to the hard limit at start. Each
+listener holds at most --max-connections connections (default {MAX_CONNECTIONS}, fewer when
+the listeners would otherwise use over half of nofile); a connection over it gets a 503.
 On SIGTERM/SIGINT the daemon stops taking requests, flushes its state and leaves running
 containers for the next start to re-adopt.
 """
@@ -82,7 +86,36 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         default=[],
         help="host directory policies may mount as a workspace (repeatable)",
     )
+    p.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help=f"open connections per listener (default {MAX_CONNECTIONS}, lowered to fit nofile)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=duration_s,
+        default=HEADER_TIMEOUT_S,
+        metavar="DURATION",
+        help="a request's line and headers must arrive within this "
+        f"(default {HEADER_TIMEOUT_S:g}s)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=duration_s,
+        default=BODY_TIMEOUT_S,
+        metavar="DURATION",
+        help=f"a request's body must arrive within this (default {BODY_TIMEOUT_S:g}s)",
+    )
     p.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    value = nonnegative_int("a number of connections")(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,5 +135,8 @@ def run(args: argparse.Namespace) -> int:
         workspace_roots=args.workspace_root,
         banner=args.banner,
         event_retention=args.event_retention,
+        max_connections=args.max_connections,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
     )
     return main_serve(settings)

@@ -29,6 +29,14 @@ class Principal:
         return self.kind == "admin"
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (no other scheme counts)."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
 def write_private(path: Path, text: str) -> None:
     """Replace ``path`` atomically with a file of mode 0600 from the start (never
     world-readable, not even briefly). Readers see the old content or the new, never an

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -14,11 +15,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvicorn
+from fastapi import FastAPI
 
 from supervisor.core.logs import get_logger
 from supervisor.core.paths import admin_token_file, daemon_dir, daemon_info_file, default_state_dir
 from supervisor.interfaces.daemon.app import AppConfig, create_app
 from supervisor.interfaces.daemon.auth import Auth, write_private
+from supervisor.interfaces.daemon.connections import (
+    AcceptErrorLog,
+    GuardedH11Protocol,
+    Listener,
+    connection_cap,
+    raise_nofile_limit,
+)
+from supervisor.interfaces.daemon.limits import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    KEEP_ALIVE_S,
+    MAX_CONNECTIONS,
+    MAX_HEADER_BYTES,
+)
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.state.sinks import Sink
 
@@ -44,6 +60,12 @@ class DaemonSettings:
     """Events kept per session in the store."""
     banner: bool = False
     """Print how to connect (socket, token, MCP client configuration) once listening."""
+    max_connections: int | None = None
+    """Open connections per listener; None: MAX_CONNECTIONS, lowered to fit the nofile limit."""
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    """A request's line and headers must arrive within this many seconds."""
+    body_timeout_s: float = BODY_TIMEOUT_S
+    """A request's body must arrive within this many seconds of its headers."""
 
     @property
     def daemon_dir(self) -> Path:
@@ -60,6 +82,12 @@ class DaemonSettings:
     @property
     def info_file(self) -> Path:
         return daemon_info_file(self.state_dir)
+
+
+#: Pending connections the kernel queues per listener. Kept moderate: when descriptors run
+#: out, asyncio retries accept() once per queued connection on every loop pass (CPython
+#: 3.11), so the queue's length multiplies that spin.
+_BACKLOG = 256
 
 
 class _Server(uvicorn.Server):
@@ -93,7 +121,7 @@ def _bind_unix(path: Path) -> socket.socket:
     finally:
         os.umask(old)
     os.chmod(path, 0o600)
-    sock.listen(512)
+    sock.listen(_BACKLOG)
     sock.setblocking(False)
     return sock
 
@@ -110,7 +138,7 @@ def _bind_tcp(listen: str) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host if host != "localhost" else "127.0.0.1", int(port)))
-    sock.listen(512)
+    sock.listen(_BACKLOG)
     sock.setblocking(False)
     return sock
 
@@ -131,9 +159,61 @@ def _webhook_sinks(settings: DaemonSettings) -> object | None:
     return factory
 
 
+def _servers(
+    sockets: list[tuple[str, socket.socket]],
+    apps: dict[str, FastAPI],
+    settings: DaemonSettings,
+    cap: int,
+) -> list[tuple[_Server, socket.socket]]:
+    """One uvicorn server per listener, each with its own connection cap and header deadline
+    (so a flood on the TCP port does not take the unix socket's connections)."""
+    servers = []
+    for kind, sock in sockets:
+        listener = Listener(kind, cap, settings.header_timeout_s)
+        uconfig = uvicorn.Config(
+            apps[kind],
+            http=functools.partial(GuardedH11Protocol, listener=listener),  # type: ignore[arg-type]
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            backlog=_BACKLOG,
+        )
+        servers.append((_Server(uconfig), sock))
+    return servers
+
+
+def _apps(
+    settings: DaemonSettings, sup: Supervisor, auth: Auth
+) -> tuple[list[tuple[str, socket.socket]], dict[str, FastAPI], str | None]:
+    """The bound sockets, one app per listener, and the TCP address (if any). The Host/Origin
+    guard applies to TCP only (on the 0600 unix socket, reachability already is the
+    credential's first half)."""
+    sockets: list[tuple[str, socket.socket]] = [("unix", _bind_unix(settings.socket))]
+    body_timeout = settings.body_timeout_s
+    apps = {"unix": create_app(sup, auth, AppConfig(body_timeout_s=body_timeout))}
+    tcp_address = None
+    if settings.listen:
+        tcp = _bind_tcp(settings.listen)
+        host, port = tcp.getsockname()[:2]
+        tcp_address = f"{host}:{port}"
+        names = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", *settings.allow_hosts}
+        config = AppConfig(
+            allowed_hosts=names,
+            allowed_origins={f"http://{n}" for n in names},
+            body_timeout_s=body_timeout,
+        )
+        apps["tcp"] = create_app(sup, auth, config)
+        sockets.append(("tcp", tcp))
+    return sockets, apps, tcp_address
+
+
 async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = None) -> int:
     """Serve until SIGTERM/SIGINT; then stop listening, flush, and leave running containers
     for the next start to re-adopt (or stop them with ``stop_tasks_on_exit``)."""
+    nofile, _ = raise_nofile_limit()  # before the supervisor opens its first descriptor
     factory = _webhook_sinks(settings)
     sup = Supervisor(
         settings.state_dir,
@@ -150,29 +230,12 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
     for session in sup.sessions():
         for digest in session.token_digests:
             auth.restore(session.session_id, digest)
-    sockets: list[tuple[str, socket.socket]] = [("unix", _bind_unix(settings.socket))]
-    config = AppConfig(allowed_hosts={"-"})
-    tcp_address = None
-    if settings.listen:
-        tcp = _bind_tcp(settings.listen)
-        host, port = tcp.getsockname()[:2]
-        tcp_address = f"{host}:{port}"
-        names = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", *settings.allow_hosts}
-        config.allowed_hosts = names
-        config.allowed_origins = {f"http://{n}" for n in names}
-        sockets.append(("tcp", tcp))
-    # One app per listener: the Host/Origin guard applies to TCP only (on the 0600 unix
-    # socket, reachability already is the credential's first half).
-    apps = {"unix": create_app(sup, auth, AppConfig()), "tcp": create_app(sup, auth, config)}
-    servers = []
-    for kind, sock in sockets:
-        app = apps[kind]
-        uconfig = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5
-        )
-        server = _Server(uconfig)
-        servers.append((server, sock))
+    sockets, apps, tcp_address = _apps(settings, sup, auth)
+    cap = connection_cap(settings.max_connections, MAX_CONNECTIONS, len(sockets), nofile)
+    servers = _servers(sockets, apps, settings, cap)
     loop = asyncio.get_running_loop()
+    accept_errors = AcceptErrorLog(loop)
+    accept_errors.install()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -186,7 +249,14 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
         "instance_id": sup.instance_id,
     }
     write_private(settings.info_file, json.dumps(info) + "\n")
-    log.info("daemon_listening", **info)
+    log.info(
+        "daemon_listening",
+        **info,
+        nofile=nofile,
+        max_connections=cap,
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+    )
     if settings.banner:
         sys.stdout.write(connect_banner(settings, sup, tcp_address) + "\n")
         sys.stdout.flush()
@@ -203,6 +273,7 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await sup.aclose()
+        accept_errors.uninstall()
         with contextlib.suppress(OSError):
             settings.socket.unlink()
         with contextlib.suppress(OSError):

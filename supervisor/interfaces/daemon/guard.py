@@ -1,0 +1,171 @@
+"""The first thing every request meets, before FastAPI reads or parses a byte of it: the
+Host/Origin allowlist (TCP), the bearer token, the route (404/405), the route's body limit,
+the body's deadline and valid Unicode in JSON.
+
+Order matters. The token comes before the route, so nobody without one learns which routes
+exist (401, never 404 or 405), and before the body, so nobody without one can make the
+daemon read or hold a byte of a body. The body is read here, bounded, and handed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from supervisor.core.errors import (
+    ForbiddenHost,
+    ForbiddenOrigin,
+    MethodNotAllowed,
+    NotFound,
+    RequestTimeout,
+    RequestTooLarge,
+    SupervisorError,
+    Unauthorized,
+)
+from supervisor.interfaces.daemon.auth import Auth, Principal, bearer_token
+from supervisor.interfaces.daemon.bodies import check_unicode
+from supervisor.interfaces.daemon.errors import error_response
+from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S, body_limit
+
+#: Where the guard leaves the caller's Principal for the routes.
+SCOPE_PRINCIPAL = "sbx.principal"
+#: Routes anyone who can connect may call.
+PUBLIC_PATHS = frozenset({"/healthz"})
+
+
+@dataclass
+class AppConfig:
+    """How one listener's app is exposed."""
+
+    allowed_hosts: set[str] = field(default_factory=set)
+    """Host header values accepted (TCP only; empty: any, for the unix socket)."""
+    allowed_origins: set[str] = field(default_factory=set)
+    """Origin header values accepted when one is sent (TCP only)."""
+    body_timeout_s: float = BODY_TIMEOUT_S
+    """A request's body must arrive within this many seconds."""
+
+
+class _ClientGone(Exception):
+    """The client disconnected while its body was being read: nobody to answer."""
+
+
+class RequestGuard:
+    """Pure ASGI middleware (no BaseHTTPMiddleware: it would buffer and copy every body)."""
+
+    def __init__(
+        self, app: ASGIApp, *, auth: Auth, config: AppConfig, routes: Callable[[], list[BaseRoute]]
+    ) -> None:
+        self.app = app
+        self.auth = auth
+        self.config = config
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        try:
+            route_path = self._admit(scope, headers)
+            body = await self._read_body(scope, headers, receive, route_path)
+            if body and "json" in headers.get("content-type", ""):
+                check_unicode(body)
+        except _ClientGone:
+            return
+        except SupervisorError as exc:
+            # A body refused unread (401, 413) is drained by the connection, within bounds
+            # (connections.MAX_DRAIN); a body that stopped coming ends the connection.
+            await error_response(exc, close=isinstance(exc, RequestTimeout))(scope, receive, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    def _admit(self, scope: Scope, headers: Headers) -> str:
+        """The path template of the route this request is for; or the refusal, in order."""
+        if self.config.allowed_hosts:
+            # Browsers reach only the TCP listener; the unix socket app has no allowlists.
+            host = headers.get("host", "")
+            if host not in self.config.allowed_hosts:
+                raise ForbiddenHost(f"Host {host!r} is not allowed")
+            origin = headers.get("origin")
+            if origin is not None and origin not in self.config.allowed_origins:
+                raise ForbiddenOrigin(f"Origin {origin!r} is not allowed")
+        if scope["path"] not in PUBLIC_PATHS:
+            who = self.auth.check(bearer_token(headers.get("authorization")))
+            if who is None:
+                raise Unauthorized()
+            scope[SCOPE_PRINCIPAL] = who
+        return self._route(scope)
+
+    def _route(self, scope: Scope) -> str:
+        allowed: set[str] = set()
+        for route in self.routes():
+            match, _ = route.matches(scope)
+            if match is Match.FULL:
+                return str(getattr(route, "path", scope["path"]))
+            if match is Match.PARTIAL:
+                allowed |= set(getattr(route, "methods", None) or ())
+        if allowed:
+            raise MethodNotAllowed(scope["method"], allowed)
+        raise NotFound()
+
+    async def _read_body(
+        self, scope: Scope, headers: Headers, receive: Receive, route_path: str
+    ) -> bytes:
+        """The whole body, at most the route's limit, within the body deadline. A body with
+        no Content-Length (chunked) is counted as it arrives."""
+        limit = body_limit(route_path)
+        where = f"{scope['method']} {route_path}"
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise RequestTooLarge(
+                f"the body is {int(length)} bytes; {where} takes at most {limit} bytes", limit
+            )
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.config.body_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise _ClientGone
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise RequestTooLarge(
+                            f"the body is over {limit} bytes, the most {where} takes", limit
+                        )
+                    if chunk:
+                        chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError as exc:
+            raise RequestTimeout(
+                f"the request body did not arrive within {self.config.body_timeout_s:g} s "
+                f"({size} bytes came)"
+            ) from exc
+        return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the app the body already read, then the real channel (where
+    a streaming route learns of the client's disconnect)."""
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return replay
+
+
+def principal_of(scope: Scope | dict[str, Any]) -> Principal | None:
+    """The Principal the guard admitted this request as (None on public routes)."""
+    who = scope.get(SCOPE_PRINCIPAL)
+    return who if isinstance(who, Principal) else None

@@ -1,0 +1,218 @@
+"""Response bodies of the HTTP API, as pydantic models: they make the OpenAPI document exact
+(and let schemathesis check every answer against it)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from supervisor.core.events import Event
+from supervisor.core.models import TaskInfo
+
+
+class _Reply(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FieldProblem(_Reply):
+    """One bad field of a request."""
+
+    field: str
+    """Where: ``command``, ``env.A``, ``query.limit``, ``header.Last-Event-ID``, ``body``."""
+    message: str
+    """What is wrong, and what is allowed."""
+
+
+class ErrorDetail(_Reply):
+    """What went wrong."""
+
+    code: str
+    """Stable, machine-readable: ``unauthorized``, ``task_not_found``, ``invalid_request``..."""
+    message: str
+    """For people: names the field, the limit or the state."""
+    fields: list[FieldProblem] | None = None
+    """``invalid_request``: each bad field."""
+    task: TaskInfo | None = None
+    """``task_not_running``: the task's final status."""
+    limit: int | None = None
+    """``request_too_large``, ``input_too_large``: the limit in bytes."""
+    allowed: list[str] | None = None
+    """``method_not_allowed``: the route's methods (also in the ``Allow`` header)."""
+
+
+class ErrorBody(_Reply):
+    """Every error answer: ``{"error": {"code", "message", ...}}``."""
+
+    error: ErrorDetail
+
+
+class EngineHealth(BaseModel):
+    """The engine as last seen (version fields as the engine reports them)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ok: bool
+    """True when the engine answers."""
+
+
+class Health(_Reply):
+    """Engine state and load."""
+
+    status: Literal["ok", "degraded"]
+    engine: EngineHealth
+    sessions: int
+    """Open sessions."""
+    running_tasks: int
+    """Tasks not yet ended, across sessions."""
+
+
+class SessionInfo(_Reply):
+    """One session."""
+
+    session_id: str
+    created_at: float
+    """Seconds since the epoch."""
+    ended: bool
+    tasks: int
+    """Tasks started in this session (ended ones included)."""
+    running: int
+    """Tasks not yet ended."""
+    last_seq: int
+    """Seq of the session's newest event."""
+
+
+class CreatedSession(SessionInfo):
+    """A session and a new token for it (the only time the token is shown)."""
+
+    token: str
+    """Bearer token that sees and touches only this session."""
+
+
+class EndedSession(_Reply):
+    """What ending a session did."""
+
+    session_id: str
+    ended: Literal[True]
+    tasks_stopped: int
+    """Tasks that were still running and were stopped."""
+
+
+class OutputText(_Reply):
+    """A slice of output (``encoding=text`` or ``base64``)."""
+
+    offset: int
+    next_offset: int
+    """Where the next read starts."""
+    eof: bool
+    """The task ended and nothing follows ``next_offset``."""
+    text: str | None = None
+    """``encoding=text``: UTF-8, invalid bytes replaced by U+FFFD."""
+    lossy: bool | None = None
+    """``encoding=text``: true when bytes were replaced."""
+    data_b64: str | None = None
+    """``encoding=base64``: the exact bytes."""
+
+
+class Tail(_Reply):
+    """The last characters of output."""
+
+    text: str
+    lossy: bool
+    """True when invalid UTF-8 was replaced."""
+
+
+class WaitResult(_Reply):
+    """The task's status after a server-side wait."""
+
+    timed_out: bool
+    task: TaskInfo
+
+
+class WaitForResult(_Reply):
+    """The first matching line, or a timeout."""
+
+    matched: bool
+    timed_out: bool
+    line: str | None = None
+    """The matching line, without its newline."""
+    offset: int | None = None
+    """Byte offset of the line's start."""
+
+
+class Events(_Reply):
+    """Events in seq order."""
+
+    events: list[Event]
+    last_seq: int
+    """Seq of the last event returned (``after`` when none)."""
+    ended: bool
+    """The session has ended: no event follows."""
+
+
+class Notification(_Reply):
+    """One agent-facing notification."""
+
+    seq: int
+    type: str
+    task_id: str | None
+    xml: str | None = None
+    """The ``<task-notification>`` (or ``<background_task_poll>``...) block."""
+    event: Event | None = None
+    """``format=json``: the event itself."""
+    status: str | None = None
+    """``format=json``, terminal events: completed, failed or killed."""
+    summary: str | None = None
+    """``format=json``: one sentence for people."""
+
+
+class Notifications(_Reply):
+    """Notifications after ``after`` (``format=json``)."""
+
+    notifications: list[Notification]
+    last_seq: int
+    ended: bool
+
+
+class Pending(_Reply):
+    """What a consumer has not acknowledged yet."""
+
+    notifications: list[Notification]
+    cursor: int
+    """Acknowledge this seq once these are delivered."""
+    acked: int
+    """The consumer's current cursor."""
+
+
+class Acked(_Reply):
+    """A consumer's cursor after an acknowledgement."""
+
+    consumer: str
+    acked: int
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the error statuses a route answers besides the
+    common ones (the app's document gives each the error schema, as JSON)."""
+    return {status: {"description": ERROR_DESCRIPTIONS[status]} for status in statuses}
+
+
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    400: "Refused by the policy (policy_error, invalid_spec)",
+    401: "Missing or invalid bearer token (unauthorized)",
+    403: "TCP listener: Host or Origin not allowed (forbidden_host, forbidden_origin)",
+    404: "No such session, task or resource (session_not_found, task_not_found, not_found)",
+    405: "The route exists with other methods (method_not_allowed; see the Allow header)",
+    408: "The request's head or body did not arrive in time (request_timeout)",
+    409: "The task or session already ended, or stdin is closed "
+    "(task_not_running, session_ended, stdin_closed)",
+    413: "The body is over the route's limit, or the input over its cap "
+    "(request_too_large, input_too_large)",
+    422: "The request does not fit the schema (invalid_request; fields names each one)",
+    424: "The policy's image is missing (image_missing)",
+    429: "The session runs as many tasks as its policy allows (limit_exceeded)",
+    502: "The engine refused the operation (engine_error)",
+    503: "The engine or the policy's runtime is unavailable, or the listener is full "
+    "(engine_unavailable, runtime_unavailable, too_many_connections)",
+    507: "The state directory cannot be written (state_storage_error)",
+}
