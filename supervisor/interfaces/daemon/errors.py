@@ -18,7 +18,6 @@ from supervisor.core.errors import (
     Unauthorized,
 )
 
-
 #: For an error class that names no status of its own (a runtime error added later): the
 #: builtin it mixes in says what kind of failure it is.
 _BY_KIND: tuple[tuple[type[BaseException], int], ...] = (
