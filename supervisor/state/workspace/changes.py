@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from operator import attrgetter
 import stat
 from pathlib import Path
 
@@ -40,8 +41,8 @@ def list_changes(
     manifest: Manifest,
     rules: IgnoreRules | None = None,
 ) -> list[Change]:
-    """Every change the (unmounted) ``upper`` makes to ``lower``, sorted by path bytes
-    (parents before children). See ``Change`` for the fields; entries whose bytes and mode
+    """Every change the (unmounted) ``upper`` makes to ``lower``, sorted by path (parents
+    before children). See ``Change`` for the fields; entries whose bytes and mode
     equal the lower's are left out, and a deleted directory is one change."""
     walker = Walker(manifest)
     lower_fd = os.open(lower, O_DIR & ~os.O_NOFOLLOW)
@@ -51,7 +52,7 @@ def list_changes(
             walker.dev = os.fstat(lower_fd).st_dev
             walker.walk_dir(upper_fd, lower_fd, "", False, 0)
             changes = [c for c in walker.changes if c is not None]
-            changes.sort(key=lambda c: os.fsencode(c.path))
+            changes.sort(key=attrgetter("path"))
             mark_ignored(
                 Path(lower),
                 lower_fd,
@@ -99,11 +100,11 @@ class Walker:
     def conflict(self, rel: str, lst: os.stat_result | None) -> str | None:
         sig = self.manifest.get(rel)
         if sig is None:
+            if lst is None:
+                return None
             if self.manifest.covers(rel):
-                return APPEARED if lst is not None else None
-            if lst is not None and self.manifest.changed_since(lst):
-                return CHANGED
-            return None
+                return APPEARED
+            return CHANGED if self.manifest.changed_since(lst) else None
         if lst is None:
             return REMOVED
         if differs(sig, lst):

@@ -19,8 +19,9 @@ O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 #: How many bytes decide ``binary`` (git looks at the first 8000).
 HEAD_BYTES = 8192
-#: Deepest directory nesting walked (each level holds two fds and a stack frame).
-MAX_DEPTH = 400
+#: Deepest directory nesting walked (each level holds two fds and up to three stack frames,
+#: well inside Python's default recursion limit of 1000).
+MAX_DEPTH = 256
 
 OPAQUE_XATTRS = ("user.overlay.opaque", "trusted.overlay.opaque")
 #: Overlay features that would make the upper mean something else than it seems
@@ -119,7 +120,9 @@ def open_regular(name: str, dir_fd: int) -> int:
 
 
 def read_head(name: str, dir_fd: int, size: int = HEAD_BYTES) -> bytes:
-    fd = open_regular(name, dir_fd)
+    """The first bytes of an entry just seen as a regular file. No type check after the
+    open: O_NOFOLLOW and O_NONBLOCK already keep a swapped-in symlink or FIFO harmless."""
+    fd = os.open(name, O_READ, dir_fd=dir_fd)
     try:
         return os.read(fd, size)
     finally:

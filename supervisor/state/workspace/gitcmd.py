@@ -104,12 +104,18 @@ def tracked_files(lower: Path) -> list[str] | None:
 
 def check_ignore(
     lower: Path, paths: Sequence[tuple[str, bool]], defaults: Sequence[str]
-) -> set[str] | None:
+) -> tuple[set[str], set[str]] | None:
     """Which of ``paths`` ((relative path, is a directory)) git's ignore rules exclude:
     ``defaults`` as ``core.excludesFile``, ``.git/info/exclude`` and the ``.gitignore``
     files in ``lower`` and above it, without the index (tracked files are the caller's
-    business). None when git cannot answer (no git or repository, a path beyond a symlink
-    or inside a submodule, a timeout): ask the pure-Python matcher then."""
+    business). Returns (ignored, unsure); None when git cannot answer (no git or
+    repository, a path beyond a symlink or inside a submodule, a timeout): ask the
+    pure-Python matcher then.
+
+    A directory is asked as ``dir/``: git then also matches the bare ``dir/`` with an
+    empty last component, which a blank pattern (a line of spaces) matches; such answers
+    are returned as unsure. The type of each path comes from the lower (git stats it), so
+    a directory the lower lacks should not be asked."""
     if not paths or find_repo(lower) is None or _git() is None:
         return None
     with tempfile.NamedTemporaryFile("w", prefix="sbx-excludes-", delete=False) as fh:
@@ -117,22 +123,36 @@ def check_ignore(
         excludes = fh.name
     try:
         os.chmod(excludes, 0o644)  # readable by the owner git runs as
-        # "./" keeps a name starting with ':' from being read as pathspec magic; a
-        # trailing "/" tells git a path is a directory even when the lower lacks it.
+        # "./" keeps a name starting with ':' from being read as pathspec magic.
         query = b"".join(
             b"./" + os.fsencode(p) + (b"/" if is_dir else b"") + b"\0" for p, is_dir in paths
         )
         out = _run(
             lower,
-            ["-c", f"core.excludesFile={excludes}", "check-ignore", "--stdin", "-z", "--no-index"],
+            [
+                "-c",
+                f"core.excludesFile={excludes}",
+                "check-ignore",
+                "--stdin",
+                "-z",
+                "--no-index",
+                "--verbose",
+            ],
             query,
         )
     finally:
         os.unlink(excludes)
     if out is None:
         return None
-    found: set[str] = set()
-    for item in out.split(b"\0"):
-        if item:
-            found.add(os.fsdecode(item[2:].rstrip(b"/") if item.startswith(b"./") else item))
-    return found
+    fields = out.split(b"\0")
+    ignored: set[str] = set()
+    unsure: set[str] = set()
+    # --verbose -z: source, line number, pattern, path; negated matches are listed too.
+    for i in range(0, len(fields) - 3, 4):
+        pattern, item = fields[i + 2], fields[i + 3]
+        path = os.fsdecode(item[2:] if item.startswith(b"./") else item)
+        if not pattern.removeprefix(b"!").removesuffix(b"/"):  # printed as "", "/" or "!"
+            unsure.add(path.removesuffix("/"))
+        elif not pattern.startswith(b"!"):
+            ignored.add(path.removesuffix("/"))
+    return ignored, unsure

@@ -244,7 +244,7 @@ def parse(data: bytes, base: bytes = b"", name: str = "") -> PatternList:
         if dir_only:
             text = text[:-1]
         if not text:
-            continue
+            continue  # "a blank line matches no files"
         if b"/" not in text:
             body = translate(text, pathname=False)
             source = None if body is None else prefix + b"(?:.*/)?" + body
@@ -319,7 +319,7 @@ class Matcher:
         self._fixed = tuple(fixed)
         self._load = load
         self._prefix = prefix
-        self._dirs: dict[str, tuple[bool, tuple[PatternList, ...]]] = {}
+        self._dirs: dict[str, tuple[bool, tuple[PatternList, ...], _StackMatcher | None]] = {}
         self._stacks: dict[tuple[int, ...], _StackMatcher] = {}
 
     def _stack(self, lists: tuple[PatternList, ...]) -> _StackMatcher:
@@ -329,16 +329,17 @@ class Matcher:
             found = self._stacks[key] = _StackMatcher(lists)
         return found
 
-    def _dir(self, rel: str) -> tuple[bool, tuple[PatternList, ...]]:
-        """(excluded, lists in force for its children) of directory ``rel``."""
+    def _dir(self, rel: str) -> tuple[bool, tuple[PatternList, ...], _StackMatcher | None]:
+        """(excluded, lists in force for its children, their matcher) of directory ``rel``."""
         known = self._dirs.get(rel)
         if known is not None:
             return known
         if rel:
             parent, _, _ = rel.rpartition("/")
-            excluded, lists = self._dir(parent)
+            excluded, lists, matcher = self._dir(parent)
             if not excluded:
-                excluded = self._stack(lists).matches(self._text(rel), True)
+                assert matcher is not None
+                excluded = matcher.matches(self._prefix + os.fsencode(rel), True)
         else:
             excluded, lists = False, self._fixed
         if not excluded:
@@ -346,16 +347,22 @@ class Matcher:
             if data is not None:
                 base = self._prefix + (os.fsencode(rel) + b"/" if rel else b"")
                 lists = (*lists, parse(data, base, rel + "/.gitignore"))
-        self._dirs[rel] = (excluded, lists)
-        return excluded, lists
-
-    def _text(self, rel: str) -> bytes:
-        return self._prefix + os.fsencode(rel)
+        state = (excluded, lists, None if excluded else self._stack(lists))
+        self._dirs[rel] = state
+        return state
 
     def ignored(self, path: str, is_dir: bool) -> bool:
-        """Whether ``path`` (relative to the tree, "/"-separated) is ignored."""
-        parent, _, _ = path.rpartition("/")
-        excluded, lists = self._dir(parent)
-        if excluded:
+        """Whether ``path`` (relative to the tree, "/"-separated) is ignored.
+
+        A directory is asked the way ``git check-ignore dir/`` asks: excluded itself, or
+        its path with the trailing slash matched by the rules in force inside it (so
+        ``tail/**`` ignores the directory ``tail`` along with everything in it)."""
+        if is_dir:
+            _, _, matcher = self._dir(path)
+            if matcher is None:
+                return True
+            return matcher.matches(self._prefix + os.fsencode(path) + b"/", True)
+        _, _, matcher = self._dir(path.rpartition("/")[0])
+        if matcher is None:
             return True
-        return self._stack(lists).matches(self._text(path), is_dir)
+        return matcher.matches(self._prefix + os.fsencode(path), False)

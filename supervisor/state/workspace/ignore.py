@@ -16,6 +16,9 @@ from supervisor.state.workspace.fsutil import O_DIR, O_READ
 from supervisor.state.workspace.gitignore import Matcher, PatternList, parse
 from supervisor.state.workspace.models import Change, IgnoreRules
 
+#: Above this many changes the pure-Python matcher answers even when git could: measured
+#: here, git check-ignore takes about 12 us a path (1.2 s for 100 000), the matcher 3 to 6.
+GIT_MAX_PATHS = 20_000
 #: A pattern file larger than this is read only this far (git has no limit; a hostile
 #: upper could offer a huge one).
 MAX_IGNORE_FILE = 4 << 20
@@ -184,13 +187,26 @@ def mark_ignored(
     """Set ``ignored`` on every change; returns which matcher answered ("git" or "python")."""
     if not changes:
         return "none"
-    queries = [(c.path, is_dir_change(c)) for c in changes]
+    queries = [(c.path, c.file_type == "dir") for c in changes]
     found: set[str] | None = None
-    if rules.use_git and rules.gitignore and _git_can_answer(changes, ignore_touched):
-        found = gitcmd.check_ignore(lower, queries, rules.defaults)
+    unsure: set[str] = set()
+    if (
+        rules.use_git
+        and rules.gitignore
+        and len(changes) <= GIT_MAX_PATHS
+        and _git_can_answer(changes, ignore_touched)
+    ):
+        # git takes a path's type from the lower: a directory the lower lacks is left to
+        # the matcher (see gitcmd.check_ignore).
+        new_dirs = {c.path for c in changes if c.kind == "added" and c.file_type == "dir"}
+        answer = gitcmd.check_ignore(
+            lower, [q for q in queries if q[0] not in new_dirs], rules.defaults
+        )
+        if answer is not None:
+            found, unsure = answer
+            unsure |= new_dirs
     used = "git"
-    if found is None:
-        used = "python"
+    if found is None or unsure:
         fixed, prefix = _fixed_lists(lower, lower_fd, upper_fd, rules)
         load: Callable[[str], bytes | None]
         if rules.gitignore:
@@ -201,7 +217,12 @@ def mark_ignored(
                 return None
 
         matcher = Matcher(fixed, load, prefix)
-        found = {p for p, is_dir in queries if matcher.ignored(p, is_dir)}
+        if found is None:
+            used = "python"
+            found = {p for p, is_dir in queries if matcher.ignored(p, is_dir)}
+        else:
+            found -= unsure
+            found |= {p for p in unsure if matcher.ignored(p, True)}
     if found:
         _untrack(lower, changes, found)
     for change in changes:
