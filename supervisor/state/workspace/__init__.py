@@ -1,9 +1,9 @@
 """Workspace changes: list, diff, apply, undo and discard what an overlay upper holds."""
 
-from supervisor.state.workspace.apply import apply
+from supervisor.state.workspace.applier import apply
 from supervisor.state.workspace.changes import list_changes
 from supervisor.state.workspace.cleanup import discard, remove_workspace, reset_upper
-from supervisor.state.workspace.diff import diff, iter_diff
+from supervisor.state.workspace.patch import diff, iter_diff
 from supervisor.state.workspace.errors import (
     NoBackup,
     UnsafeWorkspacePath,
@@ -22,7 +22,7 @@ from supervisor.state.workspace.models import (
     UndoResult,
     display_path,
 )
-from supervisor.state.workspace.undo import latest_backup, undo
+from supervisor.state.workspace.rollback import latest_backup, undo
 
 __all__ = [
     "DEFAULT_IGNORES",

@@ -291,7 +291,7 @@ def apply(
 
 
 def _rollback(lower: str | os.PathLike[str], slot: Path) -> None:
-    from supervisor.state.workspace.undo import undo_slot  # noqa: PLC0415
+    from supervisor.state.workspace.rollback import undo_slot  # noqa: PLC0415
 
     try:
         undo_slot(Path(lower), slot, force=True)
