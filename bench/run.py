@@ -39,6 +39,7 @@ BENCHMARKS = {
     "scale": "bench.scale",
     "teardown": "bench.teardown",
     "stall": "bench.stall",
+    "workspace": "bench.workspace",
 }
 ALIASES = {"event-latency": "latency", "events": "latency"}
 

@@ -248,7 +248,7 @@ def test_an_upper_dir_over_a_lower_symlink_replaces_the_link(ws: WS, tmp_path: P
     build(ws.lower, {"escape": Link(str(outside))})
     build(ws.upper, {"escape/pwned": "x"})  # in the merged view "escape" became a directory
     got = ws.changes()
-    assert [(c.path, c.kind, c.old_type) for c in got][0] == ("escape", "replaced", "symlink")
+    assert (got[0].path, got[0].kind, got[0].old_type) == ("escape", "replaced", "symlink")
     ws.apply()
     assert (ws.lower / "escape").is_dir() and not (ws.lower / "escape").is_symlink()
     assert list(outside.iterdir()) == []
@@ -424,7 +424,7 @@ def test_a_failure_midway_rolls_everything_back(ws: WS, monkeypatch: pytest.Monk
         ws.apply()
     assert snapshot(ws.lower, times=True, owners=True) == before
     assert latest_backup(ws.backup) is None
-    assert not [p for p in ws.lower.rglob(".sbx-*")]
+    assert not list(ws.lower.rglob(".sbx-*"))
 
 
 def test_undo_after_a_crash_midway(ws: WS, monkeypatch: pytest.MonkeyPatch) -> None:

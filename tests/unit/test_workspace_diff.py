@@ -3,10 +3,7 @@ giving the merged view (what git can carry of it), and ``git apply -R`` taking i
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
-import subprocess
 import time
 from pathlib import Path
 
@@ -14,40 +11,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.state.workspace import Manifest, diff, list_changes
+from supervisor.state.workspace import Manifest, apply, diff, list_changes
 from supervisor.state.workspace.patch import MAX_DIFF_BYTES, quote
-from tests.unit.workspace_tools import File, Link, build, needs_root, opaque, whiteout
+from tests.unit.workspace_tools import (
+    File,
+    Link,
+    build,
+    git_apply,
+    git_view,
+    needs_root,
+    opaque,
+    whiteout,
+)
 
 pytestmark = [needs_root, pytest.mark.skipif(shutil.which("git") is None, reason="needs git")]
 
 
-def git_view(root: Path) -> dict[str, tuple[object, ...]]:
-    """What git carries of a tree: files (bytes, exec bit) and symlinks; no directories."""
-    out: dict[str, tuple[object, ...]] = {}
-    for dirpath, _dirs, files in os.walk(os.fsencode(root)):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            rel = os.fsdecode(os.path.relpath(path, os.fsencode(root)))
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                out[rel] = ("link", os.readlink(path))
-            elif stat.S_ISREG(st.st_mode):
-                with open(path, "rb") as fh:
-                    out[rel] = ("file", bool(st.st_mode & stat.S_IXUSR), fh.read())
-        for name in _dirs:
-            path = os.path.join(dirpath, name)
-            if os.path.islink(path):
-                out[os.fsdecode(os.path.relpath(path, os.fsencode(root)))] = (
-                    "link",
-                    os.readlink(path),
-                )
-    return out
-
-
 def merged_view(lower: Path, upper: Path, work: Path) -> dict[str, tuple[object, ...]]:
     """Apply to a copy and look at it: the merged view as apply writes it."""
-    from supervisor.state.workspace import apply
-
     copy = work / f"merged-{time.monotonic_ns()}"
     shutil.copytree(lower, copy, symlinks=True)
     changes = list_changes(copy, upper, Manifest.take(copy))
@@ -62,22 +43,6 @@ def merged_view(lower: Path, upper: Path, work: Path) -> dict[str, tuple[object,
     view = git_view(copy)
     shutil.rmtree(copy)
     return view
-
-
-def git_apply(patch: str, where: Path, *args: str) -> None:
-    patch_file = where.parent / f"{where.name}.patch"
-    patch_file.write_text(patch)
-    for check in (["--check"], []):
-        proc = subprocess.run(
-            ["git", "apply", *check, *args, str(patch_file)],
-            cwd=where,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert proc.returncode == 0, (
-            f"git apply {check} {args}: {proc.stderr}\n--- patch ---\n{patch[:4000]}"
-        )
 
 
 def round_trip(tmp_path: Path, lower: Path, upper: Path) -> str:

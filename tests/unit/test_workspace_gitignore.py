@@ -119,8 +119,8 @@ x[[:alpha:][:digit:]]y
 [[:nope:]]never
 unclosed[
 trailing\\
-space-kept\\ 
-space-trimmed   
+space-kept\\\x20
+space-trimmed\x20\x20\x20
 q\\*star
 ***triple
 a**b
@@ -203,7 +203,7 @@ def test_corpus_without_the_catch_all(tmp_path: Path) -> None:
 
 def test_corpus_with_everything(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r", {".gitignore": CORPUS + b"!keep\n"})
-    queries = all_queries(PATHS + ["keep", "x/keep"])
+    queries = all_queries([*PATHS, "keep", "x/keep"])
     agree(repo, queries)
 
 

@@ -141,3 +141,42 @@ def can_mount_overlay(tmp: Path) -> bool:
             return True
     except (subprocess.CalledProcessError, OSError):
         return False
+
+
+def git_view(root: Path) -> dict[str, tuple[object, ...]]:
+    """What git carries of a tree: files (bytes, exec bit) and symlinks; no directories."""
+    out: dict[str, tuple[object, ...]] = {}
+    for dirpath, _dirs, files in os.walk(os.fsencode(root)):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            rel = os.fsdecode(os.path.relpath(path, os.fsencode(root)))
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.fsdecode(os.readlink(path)))
+            elif stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as fh:
+                    out[rel] = ("file", bool(st.st_mode & stat.S_IXUSR), fh.read())
+        for name in _dirs:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                out[os.fsdecode(os.path.relpath(path, os.fsencode(root)))] = (
+                    "link",
+                    os.fsdecode(os.readlink(path)),
+                )
+    return out
+
+
+def git_apply(patch: str, where: Path, *args: str) -> None:
+    patch_file = where.parent / f"{where.name}.patch"
+    patch_file.write_text(patch)
+    for check in (["--check"], []):
+        proc = subprocess.run(
+            ["git", "apply", *check, *args, str(patch_file)],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, (
+            f"git apply {check} {args}: {proc.stderr}\n--- patch ---\n{patch[:4000]}"
+        )

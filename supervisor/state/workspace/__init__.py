@@ -3,7 +3,6 @@
 from supervisor.state.workspace.applier import apply
 from supervisor.state.workspace.changes import list_changes
 from supervisor.state.workspace.cleanup import discard, remove_workspace, reset_upper
-from supervisor.state.workspace.patch import diff, iter_diff
 from supervisor.state.workspace.errors import (
     NoBackup,
     UnsafeWorkspacePath,
@@ -22,6 +21,7 @@ from supervisor.state.workspace.models import (
     UndoResult,
     display_path,
 )
+from supervisor.state.workspace.patch import diff, iter_diff
 from supervisor.state.workspace.rollback import latest_backup, undo
 
 __all__ = [

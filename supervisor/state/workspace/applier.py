@@ -23,6 +23,7 @@ from supervisor.state.workspace.errors import (
     WorkspaceError,
 )
 from supervisor.state.workspace.fsutil import (
+    MAX_DEPTH,
     O_DIR,
     O_READ,
     DirCache,
@@ -61,7 +62,8 @@ def _select(
 ) -> tuple[list[_Step], list[SkippedChange]]:
     steps: list[_Step] = []
     skipped: list[SkippedChange] = []
-    for change in sorted(changes, key=lambda c: os.fsencode(c.path)):
+    unique = {c.path: c for c in changes}  # a path listed twice is applied once
+    for change in sorted(unique.values(), key=lambda c: c.path):
         parts = split_relpath(change.path)
         reason = None
         if protected(parts):
@@ -88,8 +90,11 @@ def _removes_lower_dir(step: _Step) -> bool:
     )
 
 
-def _mount_inside(dir_fd: int, name: str, dev: int) -> bool:
-    """Whether another filesystem is mounted somewhere in the tree ``dir_fd/name``."""
+def _mount_inside(dir_fd: int, name: str, dev: int, depth: int = 0) -> bool:
+    """Whether another filesystem is mounted somewhere in the tree ``dir_fd/name`` (a tree
+    too deep to look through counts as one: it is not removed blind)."""
+    if depth >= MAX_DEPTH:
+        return True
     fd = os.open(name, O_DIR, dir_fd=dir_fd)
     try:
         with os.scandir(fd) as it:
@@ -98,7 +103,7 @@ def _mount_inside(dir_fd: int, name: str, dev: int) -> bool:
             st = lstat_at(sub, fd)
             if st is None or not stat.S_ISDIR(st.st_mode):
                 continue
-            if st.st_dev != dev or _mount_inside(fd, sub, dev):
+            if st.st_dev != dev or _mount_inside(fd, sub, dev, depth + 1):
                 return True
         return False
     finally:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import posixpath
-from operator import attrgetter
 import stat
+from operator import attrgetter
 from pathlib import Path
 
 from supervisor.state.workspace.errors import WorkspaceError

@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from supervisor.state.workspace.errors import WorkspaceError
 from supervisor.state.workspace.fsutil import (
     MAX_DEPTH,
     O_DIR,
@@ -193,7 +194,7 @@ def _blob(dir_fd: int, name: str, st: os.stat_result) -> _Blob | None:
 def _tree_blobs(dir_fd: int, name: str, rel: str, depth: int = 0) -> Iterator[tuple[str, _Blob]]:
     """Every file and symlink in the lower directory ``dir_fd/name``, sorted."""
     if depth >= MAX_DEPTH:
-        return
+        raise WorkspaceError(f"{rel!r} is nested deeper than {MAX_DEPTH} directories")
     fd = os.open(name, O_DIR, dir_fd=dir_fd)
     try:
         with os.scandir(fd) as it:
