@@ -25,6 +25,7 @@ from supervisor.state.workspace import (
     apply,
     diff,
     list_changes,
+    prune_upper,
     reset_upper,
     undo,
 )
@@ -197,7 +198,7 @@ def test_overlay_volume_changes_apply(
 
 # -- random operations through a kernel overlay -----------------------------------------
 
-NAMES = ["a", "b", "d/c", "d/e", "f/g/h", "d", "f"]
+NAMES = ["a", "b", "d/c", "d/e", "f/g/h", "d", "f", "x.log", "d/y.log", "build", "build/o"]
 OPS = st.lists(
     st.tuples(
         st.sampled_from(
@@ -264,7 +265,16 @@ def test_kernel_overlay_random_operations(
     lower, upper, work = base / "lower", base / "upper", base / "work"
     build(
         lower,
-        {"a": "a\n", "d/c": "c\n", "d/e": File(b"e\n", 0o755), "f/g/h": "h\n", "l": Link("a")},
+        {
+            ".gitignore": "*.log\nbuild/\n",
+            "a": "a\n",
+            "d/c": "c\n",
+            "d/e": File(b"e\n", 0o755),
+            "f/g/h": "h\n",
+            "l": Link("a"),
+            "build/old": "o",
+            "z.log": "log",
+        },
     )
     upper.mkdir()
     work.mkdir()
@@ -282,6 +292,15 @@ def test_kernel_overlay_random_operations(
         shutil.copytree(lower, copy, symlinks=True)
         git_apply(patch, copy)
         assert git_view(copy) == git_view_of(view)
-    apply(lower, upper, changes, base / "backup", owner=(0, 0), include_ignored=True)
+    # Apply what is not ignored, keep the rest in the upper: the merged view is unchanged.
+    apply(lower, upper, changes, base / "backup", owner=(0, 0))
+    prune_upper(upper, work, changes)
+    with kernel_overlay(lower, upper, work, base / "merged") as merged:
+        assert snapshot(merged) == view
+    # Then the ignored rest too: the lower is the merged view.
+    rest = list_changes(lower, upper, Manifest.take(lower))
+    # (An opaque directory kept for its ignored entries lists as replaced: a no-op.)
+    assert all(c.ignored or (c.kind == "replaced" and c.old_mode == c.new_mode) for c in rest)
+    apply(lower, upper, rest, base / "backup", owner=(0, 0), include_ignored=True)
     assert snapshot(lower) == view
     shutil.rmtree(base, ignore_errors=True)

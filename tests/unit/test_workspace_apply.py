@@ -21,6 +21,7 @@ from supervisor.state.workspace import (
     discard,
     latest_backup,
     list_changes,
+    prune_upper,
     remove_workspace,
     reset_upper,
     undo,
@@ -506,3 +507,29 @@ def test_opaque_directory_apply(ws: WS) -> None:
     }
     undo(ws.lower, ws.backup)
     assert snapshot(ws.lower) == before
+
+
+def test_prune_keeps_what_apply_skipped(ws: WS) -> None:
+    build(ws.lower, {"src/a.py": "1", "opq/old.o": "o", "opq/x": "x"})
+    build(
+        ws.upper, {"src/a.py": "2", "src/b.py": "new", "node_modules/m/i.js": "dep", "fifo": Fifo()}
+    )
+    opaque(ws.upper, "opq")
+    build(ws.upper, {"opq/x": "x2", "opq/build/out": "ignored"})
+    changes = ws.changes()
+    apply(ws.lower, ws.upper, changes, ws.backup, owner=OWNER)
+    stay = prune_upper(ws.upper, ws.work, changes)
+    left = sorted(str(p.relative_to(ws.upper)) for p in ws.upper.rglob("*"))
+    # src is in the lower now; node_modules and the fifo were skipped; the opaque opq holds
+    # an ignored build/, so it stays whole (it hides the lower's directory).
+    assert left == [
+        "fifo",
+        "node_modules",
+        "node_modules/m",
+        "node_modules/m/i.js",
+        "opq",
+        "opq/build",
+        "opq/build/out",
+        "opq/x",
+    ]
+    assert stay == 3

@@ -2,7 +2,7 @@
 
 from supervisor.state.workspace.applier import apply
 from supervisor.state.workspace.changes import list_changes
-from supervisor.state.workspace.cleanup import discard, remove_workspace, reset_upper
+from supervisor.state.workspace.cleanup import discard, prune_upper, remove_workspace, reset_upper
 from supervisor.state.workspace.errors import (
     NoBackup,
     UnsafeWorkspacePath,
@@ -46,6 +46,7 @@ __all__ = [
     "iter_diff",
     "latest_backup",
     "list_changes",
+    "prune_upper",
     "remove_workspace",
     "reset_upper",
     "undo",

@@ -1,6 +1,8 @@
-"""Applies listed changes to the lower: checks everything first (containment, the upper
-still as listed, conflicts), then writes each entry atomically behind a backup journal,
-and rolls back what it did when anything fails."""
+"""Applies listed changes to the lower: checks everything, then writes atomically with backups.
+
+Checks first (containment, the upper still as listed, conflicts), then writes each entry
+atomically behind a backup journal, and rolls back what it did when anything fails.
+"""
 
 from __future__ import annotations
 
@@ -57,9 +59,10 @@ class _Step:
     lower: os.stat_result | None = None
 
 
-def _select(
+def select(
     changes: Sequence[Change], include_ignored: bool
 ) -> tuple[list[_Step], list[SkippedChange]]:
+    """The changes apply carries over (in path order, parents first) and those it skips."""
     steps: list[_Step] = []
     skipped: list[SkippedChange] = []
     unique = {c.path: c for c in changes}  # a path listed twice is applied once
@@ -249,7 +252,7 @@ def apply(
     overwritten and deleted entries go to a new numbered backup under ``backup_dir``. On
     any failure what was done is rolled back and the error raised."""
     backup_root = Path(backup_dir)
-    steps, skipped = _select(changes, include_ignored)
+    steps, skipped = select(changes, include_ignored)
     lower_fd = os.open(lower, O_DIR & ~os.O_NOFOLLOW)
     upper_fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
     ldirs, udirs = DirCache(lower_fd), DirCache(upper_fd)

@@ -1,6 +1,8 @@
-"""Backups of what apply overwrites or deletes: a write-ahead journal plus the old entries
-(hard links or moves on the lower's filesystem, exact copies elsewhere), so ``undo`` puts
-the lower back as it was, also after a crash in the middle of an apply."""
+"""Backups of what apply overwrites or deletes: a write-ahead journal plus the old entries.
+
+The old entries are hard links or moves on the lower's filesystem, exact copies elsewhere,
+so ``undo`` puts the lower back as it was, also after a crash in the middle of an apply.
+"""
 
 from __future__ import annotations
 

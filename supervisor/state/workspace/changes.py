@@ -1,5 +1,7 @@
-"""Lists what an overlay upper changes in its lower: walks the upper (offline) beside the
-lower, classifies every entry, and flags conflicts against the session's manifest."""
+"""Lists what an overlay upper changes in its lower, with conflicts against the manifest.
+
+Walks the upper (offline) beside the lower and classifies every entry.
+"""
 
 from __future__ import annotations
 

@@ -1,14 +1,20 @@
-"""Emptying an upper for a fresh start, discarding a session's changes, removing its
-workspace directory: as root, through mode-000 directories, at any depth."""
+"""Emptying or pruning an upper, discarding a session's changes, removing its workspace.
+
+As root, through mode-000 directories, at any depth.
+"""
 
 from __future__ import annotations
 
+import bisect
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
+from supervisor.state.workspace.applier import select
 from supervisor.state.workspace.errors import UnsafeWorkspacePath
-from supervisor.state.workspace.fsutil import O_DIR, remove_entry
+from supervisor.state.workspace.fsutil import MAX_DEPTH, O_DIR, dir_markers, remove_entry
+from supervisor.state.workspace.models import Change
 
 
 def _empty(path: Path) -> None:
@@ -85,3 +91,65 @@ def remove_workspace(root: str | os.PathLike[str]) -> None:
         raise UnsafeWorkspacePath([os.fspath(root)], "not a workspace directory to remove")
     if path.exists():
         _remove_path(path)
+
+
+def prune_upper(
+    upper: str | os.PathLike[str],
+    work: str | os.PathLike[str],
+    changes: Sequence[Change],
+    *,
+    include_ignored: bool = False,
+) -> int:
+    """After a successful ``apply`` of ``changes`` (same ``include_ignored``): remove from the
+    upper what is now in the lower, keep what apply skipped (ignored entries such as
+    ``node_modules``, special files, ``.git/hooks``), so the merged view the session's next
+    tasks see is unchanged. An alternative to ``reset_upper``, which drops everything.
+    Returns how many upper entries stay. The overlay must be unmounted."""
+    steps, _ = select(changes, include_ignored)
+    applied = {s.change.path for s in steps}
+    kept = sorted(c.path for c in changes if c.path not in applied)
+    _empty(Path(work))
+    fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
+    try:
+        return _prune(fd, "", applied, kept, 0)
+    finally:
+        os.close(fd)
+
+
+def _kept_below(kept: list[str], rel: str) -> bool:
+    i = bisect.bisect_left(kept, rel + "/")
+    return i < len(kept) and kept[i].startswith(rel + "/")
+
+
+def _prune(fd: int, prefix: str, applied: set[str], kept: list[str], depth: int) -> int:
+    """Prune one upper directory; how many entries stay in it."""
+    stay = 0
+    with os.scandir(fd) as it:
+        names = [e.name for e in it]
+    for name in names:
+        rel = prefix + name
+        st = os.lstat(name, dir_fd=fd)
+        i = bisect.bisect_left(kept, rel)
+        if i < len(kept) and kept[i] == rel:
+            stay += 1  # a change apply skipped: the upper keeps it as it is
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=fd)  # applied, or the same as the lower's
+            continue
+        child = os.open(name, O_DIR, dir_fd=fd)
+        try:
+            opaque, _ = dir_markers(child)
+            if _kept_below(kept, rel):
+                if opaque or depth + 1 >= MAX_DEPTH:
+                    stay += 1  # it hides the lower's directory: kept whole
+                    continue
+                inner = _prune(child, rel + "/", applied, kept, depth + 1)
+            else:
+                inner = 0
+        finally:
+            os.close(child)
+        if inner:
+            stay += 1
+        else:
+            remove_entry(name, fd)
+    return stay

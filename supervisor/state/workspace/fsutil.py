@@ -1,5 +1,7 @@
-"""File-level helpers: no-follow opening relative to directory fds, entry types, overlay
-markers, content checks, and a tree remover that never follows links nor leaves its device."""
+"""File-level helpers: no-follow opening through directory fds, types, overlay markers.
+
+Also content checks, and a tree remover that never follows links nor leaves its device.
+"""
 
 from __future__ import annotations
 

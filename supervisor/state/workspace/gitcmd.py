@@ -1,5 +1,8 @@
-"""The few git questions the workspace engine asks (tracked files, ignored paths), run as the
-lower's owner with no user or system configuration, so the answers are the project's own."""
+"""The few git questions the workspace engine asks: tracked files, ignored paths.
+
+Run as the lower's owner with no user or system configuration, so the answers are the
+project's own.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""gitignore semantics in pure Python, as ``git check-ignore --no-index`` decides: pattern
-files parsed like git's dir.c, git's wildmatch translated to linear-time RE2 expressions (a
-hostile ``.gitignore`` cannot make a listing slow), the last matching pattern wins, and
-nothing below an ignored directory can be re-included."""
+"""gitignore semantics in pure Python, as ``git check-ignore --no-index`` decides.
+
+Pattern files parsed like git's dir.c, git's wildmatch translated to linear-time RE2
+expressions (a hostile ``.gitignore`` cannot make a listing slow), the last matching
+pattern wins, and nothing below an ignored directory can be re-included.
+"""
 
 from __future__ import annotations
 

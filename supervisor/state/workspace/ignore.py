@@ -1,6 +1,9 @@
-"""Marks changes as ignored: the project's gitignore rules as the merged view holds them, the
-default list below them, and tracked files never ignored. Asks ``git check-ignore`` once
-when it can answer for the merged view, the pure-Python matcher otherwise."""
+"""Marks changes as ignored: gitignore rules of the merged view, defaults, tracked files.
+
+The project's rules as the merged view holds them, the default list below them, tracked
+files never ignored. Asks ``git check-ignore`` once when it can answer for the merged
+view, the pure-Python matcher otherwise.
+"""
 
 from __future__ import annotations
 

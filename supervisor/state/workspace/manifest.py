@@ -1,5 +1,7 @@
-"""The stat snapshot of a lower taken when its session opens; a conflict is a host change
-since then. Saved as one compressed binary file (100 000 entries load in tens of ms)."""
+"""The stat snapshot of a lower taken when its session opens; conflicts are changes since.
+
+Saved as one compressed binary file (100 000 entries load in tens of ms).
+"""
 
 from __future__ import annotations
 

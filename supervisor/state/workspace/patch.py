@@ -1,7 +1,9 @@
-"""One unified diff of listed changes that ``git apply`` accepts on the lower: text hunks,
-git's binary patches (full blob ids, so git can check them), new and deleted files, exec
-bit changes and symlinks. Built here: no process per file, and paths never leave the
-trees (every read goes through no-follow directory fds)."""
+"""One unified diff of listed changes that ``git apply`` accepts on the lower.
+
+Text hunks, git's binary patches (full blob ids, so git can check them), new and deleted
+files, exec bit changes and symlinks. Built here: no process per file, and paths never
+leave the trees (every read goes through no-follow directory fds).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Undo of an apply: replays its journal backwards, after checking that every entry it
-wrote is still what it wrote (a later host edit is a conflict, never overwritten)."""
+"""Undo of an apply: replays its journal backwards, refusing to overwrite later host edits.
+
+Every entry the apply wrote must still be what it wrote: a later host edit is a conflict.
+"""
 
 from __future__ import annotations
 
