@@ -249,8 +249,9 @@ def apply(
     WorkspaceError if the upper no longer holds what was listed, WorkspaceConflict if any
     change conflicts (rechecked against ``manifest`` when given) unless ``force``. Every
     entry it creates is owned by ``owner`` with the upper's mode minus setuid/setgid;
-    overwritten and deleted entries go to a new numbered backup under ``backup_dir``. On
-    any failure what was done is rolled back and the error raised."""
+    overwritten and deleted entries go to a new numbered backup under ``backup_dir`` (none
+    when there is nothing to apply). On any failure what was done is rolled back and the
+    error raised."""
     backup_root = Path(backup_dir)
     steps, skipped = select(changes, include_ignored)
     lower_fd = os.open(lower, O_DIR & ~os.O_NOFOLLOW)
@@ -259,6 +260,18 @@ def apply(
     try:
         _plan(steps, ldirs, udirs)
         forced = _conflicts(steps, ldirs, manifest, force)
+        if not steps:
+            return ApplyResult(
+                applied=[],
+                created=0,
+                overwritten=0,
+                deleted=0,
+                mode_changed=0,
+                bytes_written=0,
+                skipped=skipped,
+                forced=[],
+                backup_dir="",
+            )
         slot = _new_slot(backup_root)
         store = Store(slot, ldirs.dev)
         run = _Run(store, ldirs, udirs, owner)
@@ -418,6 +431,8 @@ class _Run:
         over it (the old entry backed up first)."""
         tmp = f".sbx-apply-{secrets.token_hex(6)}"
         upfd = self.udirs.get(step.parent)
+        # Journaled first, so an undo after a crash also removes a temporary left behind.
+        self.store.record("tmp", c.path, tmp=tmp)
         try:
             if c.file_type == "file":
                 after = self._write_temp(upfd, step.name, pfd, tmp)

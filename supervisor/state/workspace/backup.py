@@ -203,16 +203,16 @@ def read_journal(root: Path) -> Iterator[dict[str, Any]]:
         yield record
 
 
-def restore(data_fd: int, slot: str, same_fs: bool, dir_fd: int, name: str) -> None:
-    """Put a backed-up entry back at ``dir_fd/name`` (absent)."""
-    if not same_fs:
-        copy_exact(data_fd, slot, dir_fd, name)
-        remove_entry(slot, data_fd)
-        return
-    try:
-        os.rename(slot, name, src_dir_fd=data_fd, dst_dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
-        copy_exact(data_fd, slot, dir_fd, name)
-        remove_entry(slot, data_fd)
+def restore(data_fd: int, slot: str, same_fs: bool, dir_fd: int, name: str) -> bool:
+    """Put a backed-up entry back at ``dir_fd/name`` (absent); True when it was copied (a
+    new inode), False when renamed back (the very same inode)."""
+    if same_fs:
+        try:
+            os.rename(slot, name, src_dir_fd=data_fd, dst_dir_fd=dir_fd)
+            return False
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+    copy_exact(data_fd, slot, dir_fd, name)
+    remove_entry(slot, data_fd)
+    return True

@@ -5,6 +5,7 @@ Every entry the apply wrote must still be what it wrote: a later host edit is a 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -48,14 +49,21 @@ def undo(
     return undo_slot(Path(lower), slot, force=force)
 
 
-def _matches(st: os.stat_result | None, sig: list[int] | None) -> bool:
-    return st is not None and sig is not None and entry_sig(st) == tuple(sig)
+#: In a backup directory: inode numbers an undo gave entries it restored by copying
+#: (path -> {old inode: new inode}), so an older apply's undo still knows them.
+INODES = "inodes.json"
 
 
 class _Undo:
     def __init__(
-        self, ldirs: DirCache, records: list[dict[str, Any]], data_fd: int, same_fs: bool
+        self,
+        ldirs: DirCache,
+        records: list[dict[str, Any]],
+        data_fd: int,
+        same_fs: bool,
+        inodes: dict[str, dict[str, int]],
     ) -> None:
+        self.inodes = inodes
         self.ldirs = ldirs
         self.records = records
         self.data_fd = data_fd
@@ -63,6 +71,15 @@ class _Undo:
         self.created = {r["path"] for r in records if r["op"] == "made"} | {
             r["path"] for r in records if r["op"] == "put" and r.get("before") is None
         }
+
+    def _matches(self, path: str, st: os.stat_result | None, sig: list[int] | None) -> bool:
+        if st is None or sig is None:
+            return False
+        have, want = entry_sig(st), tuple(sig)
+        if have == want:
+            return True
+        moved = self.inodes.get(path, {}).get(str(want[1]))
+        return moved is not None and have == (want[0], moved, *want[2:])
 
     def _here(self, path: str) -> tuple[int | None, str, os.stat_result | None]:
         parent, _, name = path.rpartition("/")
@@ -79,21 +96,23 @@ class _Undo:
         """Whether undoing record ``r`` would touch something the host changed."""
         op, path = r["op"], r["path"]
         pfd, _, cur = self._here(path)
-        if op in ("begin", "end"):
+        if op in ("begin", "end", "tmp"):
             return False
         if pfd is None:
             # The parent went away: only fine when nothing is to be put back.
             return op in ("del", "put") and self._has_data(r.get("data"))
         if op == "put":
             return not (
-                cur is None or _matches(cur, r.get("after")) or _matches(cur, r.get("before"))
+                cur is None
+                or self._matches(path, cur, r.get("after"))
+                or self._matches(path, cur, r.get("before"))
             )
         if op == "del":
-            return not (cur is None or _matches(cur, r.get("before")))
+            return not (cur is None or self._matches(path, cur, r.get("before")))
         if op == "made":
             if cur is None:
                 return False
-            if not _matches(cur, r.get("after")):
+            if not self._matches(path, cur, r.get("after")):
                 return True
             prefix = path + "/"
             with os.scandir(self.ldirs.get(path)) as it:
@@ -108,6 +127,11 @@ class _Undo:
             return
         pfd, name, cur = self._here(path)
         if pfd is None:
+            return
+        if op == "tmp":
+            tmp = lstat_at(r["tmp"], pfd)
+            if tmp is not None and not stat.S_ISDIR(tmp.st_mode):
+                os.unlink(r["tmp"], dir_fd=pfd)
             return
         slot = r.get("data")
         has_data = self._has_data(slot)
@@ -126,7 +150,7 @@ class _Undo:
                 os.rmdir(name, dir_fd=pfd)
                 result["removed"].append(path)
             return
-        if op == "put" and _matches(cur, r.get("before")):
+        if op == "put" and self._matches(path, cur, r.get("before")):
             cur = None  # never replaced: the backup is a link to, or a copy of, this very entry
             if has_data and slot is not None:
                 remove_entry(slot, self.data_fd)
@@ -140,8 +164,16 @@ class _Undo:
             if not has_data:
                 result["removed"].append(path)
         if has_data and slot is not None:
-            restore(self.data_fd, slot, self.same_fs, pfd, name)
+            if restore(self.data_fd, slot, self.same_fs, pfd, name) and r.get("before"):
+                new = os.lstat(name, dir_fd=pfd).st_ino
+                self.inodes.setdefault(path, {})[str(r["before"][1])] = new
             result["restored"].append(path)
+
+
+def _write_json(path: Path, data: object) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
 
 
 def undo_slot(lower: Path, slot: Path, *, force: bool = False) -> UndoResult:
@@ -159,18 +191,30 @@ def undo_slot(lower: Path, slot: Path, *, force: bool = False) -> UndoResult:
             raise WorkspaceError(
                 f"{os.fspath(slot)!r} is the backup of another directory ({begin.get('lower')!r})"
             )
-        job = _Undo(ldirs, records, data_fd, os.fstat(data_fd).st_dev == root.st_dev)
+        inodes_file = slot.parent / INODES
+        try:
+            inodes = json.loads(inodes_file.read_text())
+        except FileNotFoundError:
+            inodes = {}
+        except ValueError as exc:
+            raise WorkspaceError(f"{inodes_file} is damaged") from exc
+        same_fs = os.fstat(data_fd).st_dev == root.st_dev
+        job = _Undo(ldirs, records, data_fd, same_fs, inodes)
         # Only a path's last record says what should be there now; its earlier ones are
         # undone after it, from the state it leaves.
-        last = {r["path"]: r for r in records if r["op"] not in ("begin", "end")}
+        last = {r["path"]: r for r in records if r["op"] not in ("begin", "end", "tmp")}
         conflicts = [path for path, r in last.items() if job.conflict(r)]
         if conflicts and not force:
             raise WorkspaceConflict(conflicts, "since the apply")
         skip = set(conflicts)
         result: dict[str, list[str]] = {"restored": [], "removed": []}
-        for r in reversed(records):
-            if r["path"] not in skip:
-                job.revert(r, result)
+        try:
+            for r in reversed(records):
+                if r["path"] not in skip:
+                    job.revert(r, result)
+        finally:
+            if inodes:
+                _write_json(inodes_file, inodes)
     finally:
         ldirs.close()
         os.close(data_fd)
