@@ -319,9 +319,11 @@ def test_protected_git_paths_are_never_applied(ws: WS) -> None:
     )
     result = ws.apply(include_ignored=True)
     reasons = {s.path: s.reason for s in result.skipped}
-    assert reasons[".git/config"] == "protected" and reasons[".git/hooks/pre-commit"] == "protected"
+    assert reasons[".git/config"] == "protected" and reasons[".git/hooks"] == "protected"
     assert reasons["sub/.git/hooks/x"] == "protected"
     assert (ws.lower / ".git" / "config").read_text() == "[core]\n"
+    assert not (ws.lower / ".git" / "hooks").exists()
+    assert (ws.lower / "sub" / ".git" / "hooks" / "x").read_text() == "old"
     assert (ws.lower / ".git" / "HEAD").read_text() == "ref"  # the rest of .git is ordinary
 
 

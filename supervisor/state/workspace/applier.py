@@ -62,9 +62,11 @@ class _Step:
 def select(
     changes: Sequence[Change], include_ignored: bool
 ) -> tuple[list[_Step], list[SkippedChange]]:
-    """The changes apply carries over (in path order, parents first) and those it skips."""
+    """The changes apply carries over (in path order, parents first) and those it skips
+    (a skipped directory stands for the skipped entries below it: node_modules is one)."""
     steps: list[_Step] = []
     skipped: list[SkippedChange] = []
+    skipped_dirs: set[str] = set()
     unique = {c.path: c for c in changes}  # a path listed twice is applied once
     for change in sorted(unique.values(), key=lambda c: c.path):
         parts = split_relpath(change.path)
@@ -76,7 +78,10 @@ def select(
         elif not change.applicable:
             reason = "special_file"
         if reason is not None:
-            skipped.append(SkippedChange(path=display_path(change.path), reason=reason))
+            if not any("/".join(parts[:i]) in skipped_dirs for i in range(1, len(parts))):
+                skipped.append(SkippedChange(path=display_path(change.path), reason=reason))
+            if change.file_type == "dir":
+                skipped_dirs.add(change.path)
             continue
         parent = "/".join(parts[:-1])
         steps.append(_Step(change, parent, parts[-1]))
