@@ -133,17 +133,19 @@ class Store:
         self.data_fd = os.open(data, O_DIR)
         self.same_fs = os.fstat(self.data_fd).st_dev == lower_dev
         self._n = 0
-        self._journal = open(root / JOURNAL, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        self._journal = os.open(root / JOURNAL, flags, 0o600)
 
     def close(self) -> None:
-        self._journal.close()
+        os.close(self._journal)
         os.close(self.data_fd)
 
     def record(self, op: str, path: str, **fields: Any) -> None:
-        """Append one journal record and hand it to the kernel (a crash of this process
-        loses nothing; a power loss is not covered)."""
-        self._journal.write(json.dumps({"op": op, "path": path, **fields}) + "\n")
-        self._journal.flush()
+        """Append one journal record straight to the kernel (a crash of this process loses
+        nothing; a power loss is not covered). ASCII: names that are not UTF-8 are
+        escaped by json (and read back exactly)."""
+        line = json.dumps({"op": op, "path": path, **fields}) + "\n"
+        os.write(self._journal, line.encode("ascii"))
 
     def _slot(self) -> str:
         self._n += 1
