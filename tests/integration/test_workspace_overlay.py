@@ -115,10 +115,6 @@ def tree_hash(root: Path) -> str:
     return h.hexdigest()
 
 
-def without_owner_and_times(view: dict[str, tuple[object, ...]]) -> dict[str, tuple[object, ...]]:
-    return view
-
-
 def extract(archive: bytes, into: Path) -> Path:
     """The merged view as the engine archived it (``/ws`` of the stopped container)."""
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
