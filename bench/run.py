@@ -40,6 +40,7 @@ BENCHMARKS = {
     "teardown": "bench.teardown",
     "stall": "bench.stall",
     "attack": "bench.attack",
+    "workspace": "bench.workspace",
 }
 ALIASES = {"event-latency": "latency", "events": "latency", "under-attack": "attack"}
 

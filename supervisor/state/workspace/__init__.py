@@ -1,0 +1,53 @@
+"""Workspace changes: list, diff, apply, undo and discard what an overlay upper holds."""
+
+from supervisor.state.workspace.applier import apply
+from supervisor.state.workspace.changes import list_changes
+from supervisor.state.workspace.cleanup import discard, prune_upper, remove_workspace, reset_upper
+from supervisor.state.workspace.errors import (
+    NoBackup,
+    UnsafeWorkspacePath,
+    WorkspaceConflict,
+    WorkspaceError,
+)
+from supervisor.state.workspace.manifest import HEAVY_DIRS, Manifest
+from supervisor.state.workspace.models import (
+    DEFAULT_IGNORES,
+    ApplyResult,
+    Change,
+    ChangeKind,
+    FileType,
+    IgnoreRules,
+    SkippedChange,
+    UndoResult,
+    display_path,
+)
+from supervisor.state.workspace.patch import diff, iter_diff
+from supervisor.state.workspace.rollback import latest_backup, undo
+
+__all__ = [
+    "DEFAULT_IGNORES",
+    "HEAVY_DIRS",
+    "ApplyResult",
+    "Change",
+    "ChangeKind",
+    "FileType",
+    "IgnoreRules",
+    "Manifest",
+    "NoBackup",
+    "SkippedChange",
+    "UndoResult",
+    "UnsafeWorkspacePath",
+    "WorkspaceConflict",
+    "WorkspaceError",
+    "apply",
+    "diff",
+    "discard",
+    "display_path",
+    "iter_diff",
+    "latest_backup",
+    "list_changes",
+    "prune_upper",
+    "remove_workspace",
+    "reset_upper",
+    "undo",
+]

@@ -1,0 +1,155 @@
+"""Emptying or pruning an upper, discarding a session's changes, removing its workspace.
+
+As root, through mode-000 directories, at any depth.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+from supervisor.state.workspace.applier import select
+from supervisor.state.workspace.errors import UnsafeWorkspacePath
+from supervisor.state.workspace.fsutil import MAX_DEPTH, O_DIR, dir_markers, remove_entry
+from supervisor.state.workspace.models import Change
+
+
+def _empty(path: Path) -> None:
+    """Remove everything inside directory ``path`` (kept; created when missing)."""
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, O_DIR)
+    try:
+        with os.scandir(fd) as it:
+            names = [e.name for e in it]
+        for name in names:
+            remove_entry(name, fd)
+    finally:
+        os.close(fd)
+
+
+def reset_upper(
+    upper: str | os.PathLike[str],
+    work: str | os.PathLike[str],
+    lower: str | os.PathLike[str] | None = None,
+    *,
+    owner: tuple[int, int] | None = None,
+    mode: int | None = None,
+) -> None:
+    """Empty ``upper`` and ``work`` (the overlay must be unmounted) for a fresh overlay.
+
+    The merged root takes the upper's owner and mode, so they are set again: ``owner`` and
+    ``mode`` when given, else those of ``lower``'s root when given, else left as they are
+    (a task may have chmod-ed the workspace root, which changed the upper's)."""
+    upper_p, work_p = Path(upper), Path(work)
+    _empty(upper_p)
+    _empty(work_p)
+    if lower is not None:
+        st = os.stat(lower)
+        owner = owner or (st.st_uid, st.st_gid)
+        mode = stat.S_IMODE(st.st_mode) if mode is None else mode
+    fd = os.open(upper_p, O_DIR)
+    try:
+        if owner is not None:
+            os.fchown(fd, *owner)
+        if mode is not None:
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def discard(
+    upper: str | os.PathLike[str],
+    work: str | os.PathLike[str],
+    backup_dir: str | os.PathLike[str],
+    lower: str | os.PathLike[str] | None = None,
+    *,
+    owner: tuple[int, int] | None = None,
+    mode: int | None = None,
+) -> None:
+    """Drop every pending change (``reset_upper``) and every backup (no undo after this)."""
+    reset_upper(upper, work, lower, owner=owner, mode=mode)
+    _remove_path(Path(backup_dir))
+
+
+def _remove_path(path: Path) -> None:
+    parent = os.open(path.parent, O_DIR & ~os.O_NOFOLLOW)
+    try:
+        remove_entry(path.name, parent)
+    finally:
+        os.close(parent)
+
+
+def remove_workspace(root: str | os.PathLike[str]) -> None:
+    """Remove a session's whole workspace directory (upper, work, backups, manifest).
+    Refuses (UnsafeWorkspacePath) a symlink, ``/`` and relative paths; a missing
+    directory is fine."""
+    path = Path(root)
+    if not path.is_absolute() or path == Path("/") or path.is_symlink():
+        raise UnsafeWorkspacePath([os.fspath(root)], "not a workspace directory to remove")
+    if path.exists():
+        _remove_path(path)
+
+
+def prune_upper(
+    upper: str | os.PathLike[str],
+    work: str | os.PathLike[str],
+    changes: Sequence[Change],
+    *,
+    include_ignored: bool = False,
+) -> int:
+    """After a successful ``apply`` of ``changes`` (same ``include_ignored``): remove from the
+    upper what is now in the lower, keep what apply skipped (ignored entries such as
+    ``node_modules``, special files, ``.git/hooks``), so the merged view the session's next
+    tasks see is unchanged. An alternative to ``reset_upper``, which drops everything.
+    Returns how many upper entries stay. The overlay must be unmounted."""
+    steps, _ = select(changes, include_ignored)
+    applied = {s.change.path for s in steps}
+    kept = sorted(c.path for c in changes if c.path not in applied)
+    _empty(Path(work))
+    fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
+    try:
+        return _prune(fd, "", applied, kept, 0)
+    finally:
+        os.close(fd)
+
+
+def _kept_below(kept: list[str], rel: str) -> bool:
+    i = bisect.bisect_left(kept, rel + "/")
+    return i < len(kept) and kept[i].startswith(rel + "/")
+
+
+def _prune(fd: int, prefix: str, applied: set[str], kept: list[str], depth: int) -> int:
+    """Prune one upper directory; how many entries stay in it."""
+    stay = 0
+    with os.scandir(fd) as it:
+        names = [e.name for e in it]
+    for name in names:
+        rel = prefix + name
+        st = os.lstat(name, dir_fd=fd)
+        i = bisect.bisect_left(kept, rel)
+        if i < len(kept) and kept[i] == rel:
+            stay += 1  # a change apply skipped: the upper keeps it as it is
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=fd)  # applied, or the same as the lower's
+            continue
+        child = os.open(name, O_DIR, dir_fd=fd)
+        try:
+            opaque, _ = dir_markers(child)
+            if _kept_below(kept, rel):
+                if opaque or depth + 1 >= MAX_DEPTH:
+                    stay += 1  # it hides the lower's directory: kept whole
+                    continue
+                inner = _prune(child, rel + "/", applied, kept, depth + 1)
+            else:
+                inner = 0
+        finally:
+            os.close(child)
+        if inner:
+            stay += 1
+        else:
+            remove_entry(name, fd)
+    return stay

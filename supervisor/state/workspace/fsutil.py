@@ -1,0 +1,314 @@
+"""File-level helpers: no-follow opening through directory fds, types, overlay markers.
+
+Also content checks, and a tree remover that never follows links nor leaves its device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from collections import OrderedDict
+
+from supervisor.state.workspace.errors import UnsafeWorkspacePath, WorkspaceError
+from supervisor.state.workspace.models import FileType
+
+#: A directory, opened without following a symlink in its last component.
+O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Any entry opened for reading or fchmod; O_NONBLOCK so a FIFO swapped in never blocks.
+O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+#: How many bytes decide ``binary`` (git looks at the first 8000).
+HEAD_BYTES = 8192
+#: Deepest directory nesting walked (each level holds two fds and up to three stack frames,
+#: well inside Python's default recursion limit of 1000).
+MAX_DEPTH = 256
+
+OPAQUE_XATTRS = ("user.overlay.opaque", "trusted.overlay.opaque")
+#: Overlay features that would make the upper mean something else than it seems
+#: (a renamed directory, a file whose data is in the lower): never enabled by the runtime.
+UNSUPPORTED_XATTRS = (
+    "user.overlay.redirect",
+    "trusted.overlay.redirect",
+    "user.overlay.metacopy",
+    "trusted.overlay.metacopy",
+)
+
+_TYPES: dict[int, FileType] = {
+    stat.S_IFREG: "file",
+    stat.S_IFDIR: "dir",
+    stat.S_IFLNK: "symlink",
+    stat.S_IFIFO: "fifo",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "char_device",
+    stat.S_IFBLK: "block_device",
+}
+_SETID = stat.S_ISUID | stat.S_ISGID
+
+
+def file_type(mode: int) -> FileType:
+    """The entry type of an ``st_mode``."""
+    return _TYPES[stat.S_IFMT(mode)]
+
+
+def safe_mode(mode: int) -> int:
+    """Permission bits to give an applied entry: setuid and setgid stripped."""
+    return stat.S_IMODE(mode) & ~_SETID
+
+
+def is_whiteout(st: os.stat_result) -> bool:
+    """Overlay's deletion marker: a character device 0:0."""
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+
+
+def dir_markers(fd: int) -> tuple[bool, str | None]:
+    """(opaque, name of an unsupported overlay xattr) of an upper directory."""
+    try:
+        names = os.listxattr(fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return False, None
+        raise
+    if not names:
+        return False, None
+    bad = next((n for n in names if n in UNSUPPORTED_XATTRS), None)
+    for name in OPAQUE_XATTRS:
+        if name in names and os.getxattr(fd, name) == b"y":
+            return True, bad
+    return False, bad
+
+
+def open_dir(name: str, dir_fd: int) -> int:
+    """Open the directory ``name`` under ``dir_fd``; a symlink raises (ELOOP or ENOTDIR)."""
+    return os.open(name, O_DIR, dir_fd=dir_fd)
+
+
+def try_open_dir(name: str, dir_fd: int | None) -> int | None:
+    """Like ``open_dir``, None when it is missing, not a directory or a symlink."""
+    if dir_fd is None:
+        return None
+    try:
+        return os.open(name, O_DIR, dir_fd=dir_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None
+        raise
+
+
+def lstat_at(name: str, dir_fd: int | None) -> os.stat_result | None:
+    """``lstat`` relative to ``dir_fd``; None when missing (or when there is no directory)."""
+    if dir_fd is None:
+        return None
+    try:
+        return os.lstat(name, dir_fd=dir_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def read_link(name: str, dir_fd: int) -> str:
+    return os.readlink(name, dir_fd=dir_fd)
+
+
+def open_regular(name: str, dir_fd: int) -> int:
+    """Open a regular file for reading, refusing anything else that may sit there now."""
+    fd = os.open(name, O_READ, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise WorkspaceError(f"{name!r} is no longer a regular file")
+    return fd
+
+
+def read_head(name: str, dir_fd: int, size: int = HEAD_BYTES) -> bytes:
+    """The first bytes of an entry just seen as a regular file. No type check after the
+    open: O_NOFOLLOW and O_NONBLOCK already keep a swapped-in symlink or FIFO harmless."""
+    fd = os.open(name, O_READ, dir_fd=dir_fd)
+    try:
+        return os.read(fd, size)
+    finally:
+        os.close(fd)
+
+
+def looks_binary(head: bytes, full: bool) -> bool:
+    """A NUL byte, or bytes that are not UTF-8. ``full`` says ``head`` is the whole file
+    (else a character cut at its end is not held against it)."""
+    if b"\0" in head:
+        return True
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return full or exc.end < len(head) or exc.reason != "unexpected end of data"
+    return False
+
+
+def same_bytes(name_a: str, fd_a: int, name_b: str, fd_b: int) -> bool:
+    """Whether two regular files hold the same bytes (caller checked the sizes)."""
+    a = open_regular(name_a, fd_a)
+    try:
+        b = open_regular(name_b, fd_b)
+        try:
+            while True:
+                chunk = os.read(a, 1 << 20)
+                if chunk != os.read(b, 1 << 20):
+                    return False
+                if not chunk:
+                    return True
+        finally:
+            os.close(b)
+    finally:
+        os.close(a)
+
+
+#: ``.git/<these>`` run code on the host (hooks; config's core.hooksPath, aliases, ...):
+#: never applied nor put in a diff, whatever the options.
+PROTECTED = frozenset({"hooks", "config"})
+
+
+def protected(parts: list[str]) -> bool:
+    """Whether a path (as components) is a repository's hooks or config."""
+    return any(p == ".git" and parts[i + 1] in PROTECTED for i, p in enumerate(parts[:-1]))
+
+
+def split_relpath(path: str) -> list[str]:
+    """The components of a change's path; refuses absolute paths, ``..``, ``.``, empty
+    components and NUL bytes (no change the engine lists has them)."""
+    parts = path.split("/")
+    if not path or "\0" in path or any(p in ("", ".", "..") for p in parts):
+        raise UnsafeWorkspacePath([path], "not a plain relative path")
+    return parts
+
+
+class DirCache:
+    """Open directory fds of one tree by relative path, walked from its root without
+    following symlinks and without leaving the root's device; the least recently used are
+    closed beyond ``size``."""
+
+    def __init__(self, root_fd: int, size: int = 64) -> None:
+        self.root_fd = root_fd
+        self.dev = os.fstat(root_fd).st_dev
+        self._size = size
+        self._fds: OrderedDict[str, int] = OrderedDict()
+
+    def get(self, rel: str) -> int:
+        """The fd of directory ``rel`` ("" is the root). Raises FileNotFoundError when a
+        component is missing, UnsafeWorkspacePath when one is a symlink, not a directory
+        or another filesystem mounted there."""
+        if not rel:
+            return self.root_fd
+        fd = self._fds.get(rel)
+        if fd is not None:
+            self._fds.move_to_end(rel)
+            return fd
+        parent, _, name = rel.rpartition("/")
+        pfd = self.get(parent)
+        try:
+            fd = os.open(name, O_DIR, dir_fd=pfd)
+        except (NotADirectoryError, OSError) as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise UnsafeWorkspacePath(
+                    [rel], "a directory on the way is a symlink or not a directory"
+                ) from exc
+            raise
+        if os.fstat(fd).st_dev != self.dev:
+            os.close(fd)
+            raise UnsafeWorkspacePath([rel], "another filesystem is mounted there")
+        self._fds[rel] = fd
+        while len(self._fds) > self._size:
+            _, old = self._fds.popitem(last=False)
+            os.close(old)
+        return fd
+
+    def forget(self, rel: str) -> None:
+        """Close ``rel`` and everything under it (it was moved or removed)."""
+        for key in [k for k in self._fds if k == rel or k.startswith(rel + "/")]:
+            os.close(self._fds.pop(key))
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def remove_entry(name: str, dir_fd: int, *, dev: int | None = None) -> None:
+    """Remove ``name`` under ``dir_fd`` whatever it is, a whole tree included: never follows
+    a symlink, never enters another filesystem (``dev``, default the parent's: raises
+    WorkspaceError on a mount point), clears permission bits that stand in the way, and
+    handles any depth (deep chains are moved up next to the tree and removed from there)."""
+    st = lstat_at(name, dir_fd)
+    if st is None:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    dev = os.fstat(dir_fd).st_dev if dev is None else dev
+    pending = [name]
+    while pending:
+        top = pending.pop()
+        _empty_dir(top, dir_fd, dev, pending)
+        _rmdir(top, dir_fd)
+
+
+def _rmdir(name: str, dir_fd: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(name, dir_fd=dir_fd)
+
+
+def _open_for_removal(name: str, dir_fd: int, dev: int) -> int:
+    try:
+        fd = os.open(name, O_DIR, dir_fd=dir_fd)
+    except PermissionError:
+        os.chmod(name, 0o700, dir_fd=dir_fd, follow_symlinks=False)
+        fd = os.open(name, O_DIR, dir_fd=dir_fd)
+    if os.fstat(fd).st_dev != dev:
+        os.close(fd)
+        raise WorkspaceError(f"refusing to remove {name!r}: another filesystem is mounted there")
+    return fd
+
+
+#: Depth at which ``remove_entry`` moves a subtree up instead of descending further.
+_FLATTEN_AT = 64
+
+
+def _empty_dir(name: str, parent_fd: int, dev: int, pending: list[str]) -> None:
+    """Remove everything inside ``parent_fd/name`` (kept); subtrees deeper than
+    ``_FLATTEN_AT`` are renamed next to ``name`` and queued in ``pending``."""
+    stack: list[tuple[int, list[os.DirEntry[str]]]] = []
+    fd = _open_for_removal(name, parent_fd, dev)
+    stack.append((fd, list(os.scandir(fd))))
+    try:
+        while stack:
+            fd, entries = stack[-1]
+            if not entries:
+                stack.pop()
+                os.close(fd)
+                if stack:
+                    # The directory just emptied is the entry the parent is on.
+                    pfd, pentries = stack[-1]
+                    _rmdir(pentries.pop().name, pfd)
+                continue
+            entry = entries[-1]
+            if not entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
+                entries.pop()
+                continue
+            if len(stack) >= _FLATTEN_AT:
+                moved = f".sbx-rm-{secrets.token_hex(8)}"
+                os.rename(entry.name, moved, src_dir_fd=fd, dst_dir_fd=parent_fd)
+                pending.append(moved)
+                entries.pop()
+                continue
+            child = _open_for_removal(entry.name, fd, dev)
+            stack.append((child, list(os.scandir(child))))
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
+
+
+def same_device_or_refuse(fd: int, dev: int, rel: str) -> None:
+    if os.fstat(fd).st_dev != dev:
+        raise UnsafeWorkspacePath([rel], "another filesystem is mounted there")

@@ -1,0 +1,292 @@
+"""One unified diff of listed changes that ``git apply`` accepts on the lower.
+
+Text hunks, git's binary patches (full blob ids, so git can check them), new and deleted
+files, exec bit changes and symlinks. Built here: no process per file, and paths never
+leave the trees (every read goes through no-follow directory fds).
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import hashlib
+import os
+import stat
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from supervisor.state.workspace.errors import WorkspaceError
+from supervisor.state.workspace.fsutil import (
+    MAX_DEPTH,
+    O_DIR,
+    DirCache,
+    lstat_at,
+    open_regular,
+    protected,
+    split_relpath,
+)
+from supervisor.state.workspace.models import Change
+
+ZERO_ID = "0" * 40
+#: Text files larger than this (either side) get one hunk replacing every line instead of
+#: a minimal diff: difflib's matcher is quadratic in the worst case.
+MAX_DIFF_BYTES = 2 << 20
+_ESCAPES = {
+    7: "\\a",
+    8: "\\b",
+    9: "\\t",
+    10: "\\n",
+    11: "\\v",
+    12: "\\f",
+    13: "\\r",
+    34: '\\"',
+    92: "\\\\",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Blob:
+    data: bytes
+    mode: str
+    """git's mode: 100644, 100755 or 120000."""
+
+    @property
+    def oid(self) -> str:
+        return hashlib.sha1(
+            b"blob %d\0" % len(self.data) + self.data, usedforsecurity=False
+        ).hexdigest()
+
+    @property
+    def binary(self) -> bool:
+        if b"\0" in self.data[:8000]:
+            return True
+        try:
+            self.data.decode("utf-8")
+        except UnicodeDecodeError:
+            return True
+        return False
+
+
+def quote(raw: bytes) -> str:
+    """A path as git prints it: C-quoted when it holds a quote, a backslash, a control
+    character or a byte outside ASCII (core.quotePath), else as is."""
+    if not any(c < 0x20 or c >= 0x7F or c in (34, 92) for c in raw):
+        return raw.decode("ascii")
+    out = ['"']
+    for c in raw:
+        if c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        elif c < 0x20 or c >= 0x7F:
+            out.append(f"\\{c:03o}")
+        else:
+            out.append(chr(c))
+    out.append('"')
+    return "".join(out)
+
+
+def _label(raw: bytes, prefix: bytes) -> str:
+    text = quote(prefix + raw)
+    return text + ("\t" if " " in text else "")
+
+
+def _lines(data: bytes) -> list[bytes]:
+    """Lines as git sees them: split at LF only, each keeping its LF."""
+    parts = data.split(b"\n")
+    out = [p + b"\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
+
+
+def _range(start: int, length: int) -> str:
+    if length == 1:
+        return str(start + 1)
+    return f"{start if length == 0 else start + 1},{length}"
+
+
+def _emit(prefix: str, line: bytes) -> str:
+    text = line.decode("utf-8")
+    if text.endswith("\n"):
+        return prefix + text
+    return prefix + text + "\n\\ No newline at end of file\n"
+
+
+def _hunks(old: bytes, new: bytes) -> Iterator[str]:
+    a, b = _lines(old), _lines(new)
+    if len(old) > MAX_DIFF_BYTES or len(new) > MAX_DIFF_BYTES:
+        yield f"@@ -{_range(0, len(a))} +{_range(0, len(b))} @@\n"
+        yield from (_emit("-", line) for line in a)
+        yield from (_emit("+", line) for line in b)
+        return
+    matcher = difflib.SequenceMatcher(None, a, b)
+    for group in matcher.get_grouped_opcodes(3):
+        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+        yield f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@\n"
+        for tag, a1, a2, b1, b2 in group:
+            if tag == "equal":
+                yield from (_emit(" ", line) for line in a[a1:a2])
+                continue
+            yield from (_emit("-", line) for line in a[a1:a2])
+            yield from (_emit("+", line) for line in b[b1:b2])
+
+
+def _binary_hunk(data: bytes) -> str:
+    packed = zlib.compress(data, 9)
+    out = [f"literal {len(data)}\n"]
+    for i in range(0, len(packed), 52):
+        chunk = packed[i : i + 52]
+        n = len(chunk)
+        out.append(chr(ord("A") + n - 1 if n <= 26 else ord("a") + n - 27))
+        out.append(base64.b85encode(chunk, pad=True).decode("ascii") + "\n")
+    out.append("\n")
+    return "".join(out)
+
+
+def file_patch(raw: bytes, old: _Blob | None, new: _Blob | None) -> str:
+    """The patch of one path: ``old`` None adds it, ``new`` None deletes it."""
+    a, b = _label(raw, b"a/"), _label(raw, b"b/")
+    head = [f"diff --git {quote(b'a/' + raw)} {quote(b'b/' + raw)}\n"]
+    old_id = old.oid if old else ZERO_ID
+    new_id = new.oid if new else ZERO_ID
+    if old is None and new is not None:
+        head.append(f"new file mode {new.mode}\n")
+        head.append(f"index {old_id}..{new_id}\n")
+    elif new is None and old is not None:
+        head.append(f"deleted file mode {old.mode}\n")
+        head.append(f"index {old_id}..{new_id}\n")
+    elif old is not None and new is not None:
+        if old.mode != new.mode:
+            head.append(f"old mode {old.mode}\nnew mode {new.mode}\n")
+        if old.data == new.data:
+            return "".join(head) if old.mode != new.mode else ""
+        same_mode = f" {new.mode}" if old.mode == new.mode else ""
+        head.append(f"index {old_id}..{new_id}{same_mode}\n")
+    old_data = old.data if old else b""
+    new_data = new.data if new else b""
+    if (old and old.binary) or (new and new.binary):
+        head.append("GIT binary patch\n")
+        head.append(_binary_hunk(new_data))
+        head.append(_binary_hunk(old_data))
+        return "".join(head)
+    if not old_data and not new_data:
+        return "".join(head)
+    head.append(f"--- {a if old else '/dev/null'}\n")
+    head.append(f"+++ {b if new else '/dev/null'}\n")
+    head.extend(_hunks(old_data, new_data))
+    return "".join(head)
+
+
+def _blob(dir_fd: int, name: str, st: os.stat_result) -> _Blob | None:
+    """A file or symlink as git would store it; None for anything else."""
+    if stat.S_ISLNK(st.st_mode):
+        return _Blob(os.fsencode(os.readlink(name, dir_fd=dir_fd)), "120000")
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    fd = open_regular(name, dir_fd)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return _Blob(b"".join(chunks), "100755" if st.st_mode & stat.S_IXUSR else "100644")
+
+
+def _tree_blobs(dir_fd: int, name: str, rel: str, depth: int = 0) -> Iterator[tuple[str, _Blob]]:
+    """Every file and symlink in the lower directory ``dir_fd/name``, sorted."""
+    if depth >= MAX_DEPTH:
+        raise WorkspaceError(f"{rel!r} is nested deeper than {MAX_DEPTH} directories")
+    fd = os.open(name, O_DIR, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as it:
+            names = sorted((e.name for e in it), key=os.fsencode)
+        for child in names:
+            st = lstat_at(child, fd)
+            if st is None:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                yield from _tree_blobs(fd, child, f"{rel}/{child}", depth + 1)
+            else:
+                blob = _blob(fd, child, st)
+                if blob is not None:
+                    yield f"{rel}/{child}", blob
+    finally:
+        os.close(fd)
+
+
+def iter_diff(
+    lower: str | os.PathLike[str],
+    upper: str | os.PathLike[str],
+    changes: Sequence[Change],
+    *,
+    include_ignored: bool = False,
+) -> Iterator[str]:
+    """``diff`` piece by piece (one file's patch at a time), for streaming."""
+    lower_fd = os.open(lower, O_DIR & ~os.O_NOFOLLOW)
+    upper_fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
+    ldirs, udirs = DirCache(lower_fd), DirCache(upper_fd)
+    try:
+        for change in sorted(changes, key=lambda c: os.fsencode(c.path)):
+            parts = split_relpath(change.path)
+            if (
+                (change.ignored and not include_ignored)
+                or not change.applicable
+                or protected(parts)
+            ):
+                continue
+            yield from _change_patches(change, "/".join(parts[:-1]), parts[-1], ldirs, udirs)
+    finally:
+        ldirs.close()
+        udirs.close()
+        os.close(lower_fd)
+        os.close(upper_fd)
+
+
+def _change_patches(
+    change: Change, parent: str, name: str, ldirs: DirCache, udirs: DirCache
+) -> Iterator[str]:
+    old: _Blob | None = None
+    old_tree: list[tuple[str, _Blob]] = []
+    if change.kind != "added":
+        try:
+            lfd: int | None = ldirs.get(parent)
+        except (FileNotFoundError, OSError):
+            lfd = None
+        lst = lstat_at(name, lfd)
+        if lfd is not None and lst is not None:
+            if stat.S_ISDIR(lst.st_mode):
+                if change.kind == "deleted" or change.file_type != "dir":
+                    old_tree = list(_tree_blobs(lfd, name, change.path))
+            else:
+                old = _blob(lfd, name, lst)
+    new: _Blob | None = None
+    if change.kind != "deleted" and change.file_type in ("file", "symlink"):
+        ufd = udirs.get(parent)
+        ust = lstat_at(name, ufd)
+        if ust is not None:
+            new = _blob(ufd, name, ust)
+    for path, blob in old_tree:
+        yield file_patch(os.fsencode(path), blob, None)
+    raw = os.fsencode(change.path)
+    if old is not None and new is not None and old.mode[:2] != new.mode[:2]:
+        # A file turned symlink (or back): git writes a deletion, then an addition.
+        yield file_patch(raw, old, None)
+        yield file_patch(raw, None, new)
+    elif old is not None or new is not None:
+        yield file_patch(raw, old, new)
+
+
+def diff(
+    lower: str | os.PathLike[str],
+    upper: str | os.PathLike[str],
+    changes: Sequence[Change],
+    *,
+    include_ignored: bool = False,
+) -> str:
+    """A unified diff of ``changes`` (from ``list_changes``) that ``git apply`` (and
+    ``git apply -R`` on the result) accepts in the lower: the changes apply would make,
+    with paths relative to the lower behind ``a/`` and ``b/``. It cannot carry what git
+    does not track: empty directories, directory modes, mode bits other than owner-exec,
+    owners, devices, fifos and sockets."""
+    return "".join(iter_diff(lower, upper, changes, include_ignored=include_ignored))
