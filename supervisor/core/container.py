@@ -3,6 +3,8 @@ segments. Pure data, so the core (resolve, resync) can build and read them."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -19,11 +21,24 @@ class Ulimit(_Frozen):
 
 
 class Mount(_Frozen):
-    """A host directory bind-mounted into the container."""
+    """A host directory (``bind``) or a named volume (``volume``) in the container.
+    Propagation is always private: nothing mounted inside leaks back to the host."""
 
     source: str
+    """Host path (bind) or volume name (volume)."""
     target: str
     read_only: bool = True
+    type: Literal["bind", "volume"] = "bind"
+    non_recursive: bool = False
+    """Bind only the directory itself, not what is mounted below it on the host."""
+
+
+class VolumeRequest(_Frozen):
+    """A named volume of the engine's ``local`` driver (e.g. an overlay of a workspace)."""
+
+    name: str
+    driver_opts: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
 
 
 class ContainerRequest(_Frozen):
@@ -82,3 +97,10 @@ class ContainerSummary(_Frozen):
 
 #: (stream, payload): 1 stdout, 2 stderr; the payload may be a view into a read buffer.
 Segment = tuple[int, bytes | memoryview]
+
+
+class VolumeSummary(_Frozen):
+    """One line of a labelled volume listing."""
+
+    name: str
+    labels: dict[str, str]

@@ -9,7 +9,6 @@ is registered under it (:func:`error_class`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -183,93 +182,6 @@ class SpecError(PolicyError):
         return {"field": self.field} if self.field else {}
 
 
-@dataclass(frozen=True, slots=True)
-class FieldProblem:
-    """One invalid field of a request or spec, from a pydantic error."""
-
-    field: str
-    """Dotted location (``env.PATH``); empty for the object as a whole."""
-    message: str
-    """What is wrong, without pydantic's ``Value error, `` prefix."""
-    kind: str
-    """pydantic's error type (``extra_forbidden``, ``less_than_equal``, ...)."""
-    value: Any = None
-    """The input that was refused."""
-
-
-def field_problems(
-    errors: Iterable[Mapping[str, Any]], *, drop: tuple[str, ...] = ("body",)
-) -> list[FieldProblem]:
-    """pydantic's ``ValidationError.errors()`` as named problems, worded for people:
-    ``env.A``, ``query.limit``, ``header.Last-Event-ID``. ``drop``: a leading location part
-    that names the container (a JSON body's fields are named as they are in the body).
-    Unknown fields read ``unknown field``; our validators' ``Value error, `` prefix goes."""
-    problems = []
-    for err in errors:
-        kind = str(err.get("type", ""))
-        loc = [str(p) for p in err.get("loc", ())]
-        if loc and loc[0] in drop:
-            loc = loc[1:]
-        if len(loc) >= 2 and loc[0] == "header":
-            loc[1] = "-".join(
-                w.upper() if w.lower() == "id" else w.title() for w in loc[1].split("-")
-            )
-        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        if kind == "extra_forbidden":
-            message = "unknown field"
-        elif kind == "json_invalid":
-            loc = []  # its location is a character position, not a field
-            ctx = err.get("ctx") or {}
-            message = f"not valid JSON ({ctx['error']})" if "error" in ctx else "not valid JSON"
-        problems.append(FieldProblem(".".join(loc), message, kind, err.get("input")))
-    return problems
-
-
-class InvalidRequest(SpecError):
-    """The request is malformed: a field has the wrong type or range, the body is not JSON.
-    ``fields`` names each bad field (``[{"field", "message"}]``)."""
-
-    code = "invalid_request"
-    status = 422
-
-    def __init__(
-        self,
-        problem: str | Sequence[tuple[str, str]],
-        *,
-        field: str | None = None,
-        fields: list[dict[str, str]] | None = None,
-    ) -> None:
-        if not isinstance(problem, str):  # (field, what is wrong) pairs
-            fields = [{"field": name, "message": why} for name, why in problem]
-            problem = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
-        super().__init__(problem, field=field)
-        self.fields = list(fields or [])
-
-    @classmethod
-    def from_errors(cls, errors: Iterable[Mapping[str, Any]]) -> InvalidRequest:
-        """From pydantic's ``ValidationError.errors()`` (or FastAPI's request errors)."""
-        return cls.from_problems(field_problems(errors))
-
-    @classmethod
-    def from_problems(cls, problems: Iterable[FieldProblem]) -> InvalidRequest:
-        """One message naming every problem (``body`` for the request as a whole)."""
-        fields = [{"field": p.field or "body", "message": p.message} for p in problems]
-        return cls("; ".join(f"{f['field']}: {f['message']}" for f in fields), fields=fields)
-
-    @classmethod
-    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
-        raw = detail.get("fields")
-        fields = [
-            {"field": str(f.get("field", "")), "message": str(f.get("message", ""))}
-            for f in (raw if isinstance(raw, list) else [])
-            if isinstance(f, Mapping)
-        ]
-        return cls(message, fields=fields)
-
-    def wire_detail(self) -> dict[str, Any]:
-        return {**super().wire_detail(), **({"fields": self.fields} if self.fields else {})}
-
-
 class LimitExceeded(SupervisorError):
     """A configured capacity limit (running tasks per session, ...) is reached."""
 
@@ -430,6 +342,87 @@ class HttpError(SupervisorError):
     code = "http_error"
 
 
+# -- workspaces ---------------------------------------------------------------------------
+
+#: How many paths a workspace error names before it says "and N more".
+_SHOWN_PATHS = 20
+
+
+def _name_paths(paths: Sequence[str]) -> str:
+    shown = ", ".join(repr(p) for p in paths[:_SHOWN_PATHS])
+    more = len(paths) - _SHOWN_PATHS
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+class WorkspaceBusy(SupervisorError):
+    """Applying, discarding or undoing workspace changes needs the session's tasks stopped."""
+
+    code = "workspace_busy"
+    status = 409
+
+
+class WorkspaceError(SupervisorError):
+    """The upper, the manifest or a backup is in a state the workspace engine does not
+    handle (an overlay feature we never enable, a tree too deep, a corrupt file, an upper
+    that changed since it was listed)."""
+
+    code = "workspace_error"
+    status = 409
+
+
+class WorkspaceConflict(PolicyError):
+    """Changes that would overwrite host edits made since the session started (apply), or
+    since the apply (undo). ``paths`` names every one; nothing was written."""
+
+    code = "workspace_conflict"
+    status = 409
+
+    def __init__(self, paths: Sequence[str], what: str = "", *, message: str | None = None):
+        self.paths = list(paths)
+        super().__init__(
+            message
+            or f"{len(self.paths)} path(s) changed on the host {what}: "
+            f"{_name_paths(self.paths)} (nothing was written; use force to overwrite them, "
+            "the old versions are backed up)"
+        )
+
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        paths = detail.get("paths")
+        return cls([str(p) for p in paths] if isinstance(paths, list) else [], message=message)
+
+    def wire_detail(self) -> dict[str, Any]:
+        return {"paths": self.paths}
+
+
+class UnsafeWorkspacePath(PolicyError):
+    """A change would write outside the workspace: through a symlinked or foreign-mounted
+    directory of the lower, or with a path that is absolute or has ``..``. Nothing written."""
+
+    code = "workspace_unsafe_path"
+
+    def __init__(self, paths: Sequence[str], why: str = "", *, message: str | None = None):
+        self.paths = list(paths)
+        super().__init__(
+            message or f"refused {len(self.paths)} path(s): {why}: {_name_paths(self.paths)}"
+        )
+
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        paths = detail.get("paths")
+        return cls([str(p) for p in paths] if isinstance(paths, list) else [], message=message)
+
+    def wire_detail(self) -> dict[str, Any]:
+        return {"paths": self.paths}
+
+
+class NoBackup(WorkspaceError, LookupError):
+    """``undo`` found no completed apply to undo."""
+
+    code = "workspace_no_backup"
+    status = 404
+
+
 class DaemonError(SupervisorError, ConnectionError):
     """The connection to the daemon failed mid-request, or its answer was unreadable."""
 
@@ -442,54 +435,3 @@ class DaemonNotRunning(DaemonError):
 
     code = "daemon_unavailable"
     status = 503
-
-
-# -- from the wire ------------------------------------------------------------------------
-
-
-def error_class(code: str) -> type[SupervisorError]:
-    """The class registered for ``code`` (the root class for a code nobody registered)."""
-    return _BY_CODE.get(code, SupervisorError)
-
-
-def registered_codes() -> Mapping[str, type[SupervisorError]]:
-    """Every registered code and its class (read-only)."""
-    return MappingProxyType(_BY_CODE)
-
-
-def make_error(
-    code: str,
-    message: str,
-    detail: Mapping[str, Any] | None = None,
-    *,
-    task_id: str | None = None,
-    session_id: str | None = None,
-) -> SupervisorError:
-    """An instance of the class registered for ``code``. Keeps ``code`` when nobody
-    registered it (an error of a newer daemon), so callers can still show it."""
-    known = {k: v for k, v in (("task_id", task_id), ("session_id", session_id)) if v}
-    cls = error_class(code)
-    exc = cls._rebuild(message, detail or {}, known)
-    if not isinstance(exc, SupervisorError):
-        exc = SupervisorError(message)
-    if exc.code != code:
-        exc.code = code
-    return exc
-
-
-def from_wire(
-    body: object, status: int, *, task_id: str | None = None, session_id: str | None = None
-) -> SupervisorError:
-    """The error a daemon's answer ``{"error": {"code", "message", ...}}`` stands for, with
-    ``status`` and ``body`` set. ``task_id``/``session_id``: the ids the request named, for
-    errors whose body does not carry them. An answer that is not the API's JSON (a proxy's
-    error page) becomes :class:`HttpError`."""
-    detail = body.get("error") if isinstance(body, Mapping) else None
-    if not isinstance(detail, Mapping):
-        detail = {}
-    code = str(detail.get("code") or HttpError.code)
-    message = str(detail.get("message") or "") or f"the daemon answered HTTP {status}"
-    exc = make_error(code, message, detail, task_id=task_id, session_id=session_id)
-    exc.status = status
-    exc.body = dict(body) if isinstance(body, Mapping) else {}
-    return exc

@@ -203,8 +203,10 @@ class Policy(_Model):
     """Pin: refuse to run unless ``image`` resolves to exactly this image id."""
     runtime: Literal["runc", "runsc"] = "runc"
     """OCI runtime; runsc is gVisor. A missing runtime fails the task (never falls back)."""
-    network: Literal["none", "bridge"] = "none"
-    """``none``: loopback only. ``bridge``: egress through a per-session bridge network."""
+    network: Literal["none", "session", "bridge"] = "none"
+    """``none``: loopback only. ``session``: a per-session internal network, no egress:
+    tasks of the session reach each other by task id, nothing else. ``bridge``: the
+    per-session network with egress."""
     user: Annotated[str, Field(pattern=r"^[1-9][0-9]{0,9}(:[0-9]{1,10})?$")] = "65534:65534"
     """Numeric uid[:gid]; root (0) is not allowed."""
     working_dir: str = "/tmp"
@@ -226,6 +228,10 @@ class Policy(_Model):
     session: Session = Field(default_factory=Session)
     logs: Logs = Field(default_factory=Logs)
     workspace: Workspace | None = None
+    workspace_root_owner: Literal["nobody", "root", "refuse"] = "nobody"
+    """Whom tasks run as when the session's workspace is owned by root (CI machines,
+    containers): ``nobody`` (uid 65534), ``root`` (runsc only: its kernel has its own root
+    user) or ``refuse`` (an error). A workspace owned by a user always runs as that user."""
     warm_pool: Annotated[int, Field(ge=0, le=64)] = 0
     """Containers kept started and waiting for a command, per session (0: off)."""
 

@@ -155,20 +155,30 @@ def container_request(
     eff: Effective,
     labels: dict[str, str],
     network: str,
-    workspace: Mount | None,
+    workspace: Mount | None = None,
     image: str | None = None,
     aliases: list[str] | None = None,
+    mounts: list[Mount] | None = None,
+    user: str | None = None,
+    working_dir: str | None = None,
 ) -> ContainerRequest:
-    """The container for one task, hardened as the policy says."""
+    """The container for one task, hardened as the policy says. ``mounts``, ``user`` and
+    ``working_dir`` come from the session's validated workspace (never from the task)."""
     p = eff.policy
     lim = eff.limits
     env = dict(eff.env)
     if p.init:
         # Forward SIGTERM to the command's whole process group, not just ``sh``.
         env["TINI_KILL_PROCESS_GROUP"] = "1"
-    uid, _, gid = p.user.partition(":")
+    user = user or p.user
+    uid, _, gid = user.partition(":")
+    all_mounts = [workspace] if workspace else []
+    all_mounts += mounts or []
+    covered = {m.target for m in all_mounts}
     tmpfs = {}
     for t in p.tmpfs:
+        if t.path in covered:
+            continue  # the workspace is there (it fell back to the policy's /workspace)
         # Owned by the task's user: Docker 20.10 loses ``mode`` when the working directory
         # is the mount point, so ownership is what keeps it writable. The engine defaults
         # to noexec, so say which one we mean.
@@ -182,8 +192,8 @@ def container_request(
         command=["/bin/sh", "-c", MERGE_PREFIX + command],
         env=env,
         labels=labels,
-        user=p.user,
-        working_dir=p.working_dir,
+        user=user,
+        working_dir=working_dir or p.working_dir,
         runtime=p.runtime,
         network=network,
         network_aliases=list(aliases or []),
@@ -202,5 +212,5 @@ def container_request(
         stdin_open=eff.stdin == "pipe",
         log_max_size=f"{p.logs.max_size_mb}m",
         log_max_files=p.logs.max_files,
-        mounts=[workspace] if workspace else [],
+        mounts=all_mounts,
     )

@@ -1,14 +1,15 @@
 """Validation messages, formatted in one place: each bad field named, with what is allowed.
 
-Built on :func:`supervisor.core.errors.field_problems` (which the daemon uses for request
+Built on :func:`supervisor.core.problems.field_problems` (which the daemon uses for request
 bodies too); this adds what a task spec's errors say (the allowed fields, the bad value)."""
 
 from __future__ import annotations
 
 from pydantic import ValidationError
 
-from supervisor.core.errors import SpecError, field_problems
+from supervisor.core.errors import SpecError
 from supervisor.core.models import TaskSpec
+from supervisor.core.problems import field_problems
 
 #: Longest message part for one field (a huge bad value is cut, not echoed whole).
 _PART_MAX = 300

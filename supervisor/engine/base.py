@@ -10,6 +10,8 @@ from supervisor.core.container import (
     ContainerState,
     ContainerSummary,
     Segment,
+    VolumeRequest,
+    VolumeSummary,
 )
 
 
@@ -112,12 +114,27 @@ class Backend(Protocol):
         """Total CPU time the container has used, or None when unknown."""
         ...
 
-    async def ensure_network(self, name: str, labels: dict[str, str]) -> None:
-        """Create a bridge network if missing."""
+    async def ensure_network(
+        self, name: str, labels: dict[str, str], *, internal: bool = False
+    ) -> None:
+        """Create a bridge network if missing; ``internal``: no route out (containers on it
+        reach each other, nothing else)."""
         ...
 
     async def remove_network(self, name: str) -> None:
         """Remove a network; missing is not an error."""
+        ...
+
+    async def create_volume(self, request: VolumeRequest) -> None:
+        """Create a named volume (a volume of that name already there is not an error)."""
+        ...
+
+    async def remove_volume(self, name: str) -> None:
+        """Remove a volume (unmounting it); missing is not an error; in use is EngineError."""
+        ...
+
+    async def list_volumes(self, label: str) -> list[VolumeSummary]:
+        """Volumes carrying ``label`` (``key`` or ``key=value``)."""
         ...
 
     async def aclose(self) -> None:

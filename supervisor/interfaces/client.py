@@ -22,8 +22,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from supervisor.core.errors import DaemonError, DaemonNotRunning, from_wire
+from supervisor.core.errors import DaemonError, DaemonNotRunning
 from supervisor.core.paths import admin_token_file, daemon_socket, default_state_dir
+from supervisor.core.wire import from_wire
 from supervisor.interfaces.http import Endpoint, Response
 
 if TYPE_CHECKING:

@@ -7,12 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from supervisor.core.errors import (
-    EngineUnavailable,
-    ImageMissing,
-    PolicyError,
-    RuntimeUnavailable,
-)
+from supervisor.core.errors import EngineUnavailable, ImageMissing, PolicyError, RuntimeUnavailable
 from supervisor.core.logs import get_logger
 from supervisor.core.policy import Policy, PolicySet
 from supervisor.engine.base import Backend

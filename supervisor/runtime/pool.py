@@ -56,6 +56,8 @@ class PoolPorts:
     """(task_id, command, settings, kind) -> the hardened container for it."""
     busy: Callable[[], int]
     """Running tasks of the session (the pool never outgrows the session's limit)."""
+    prepare: Callable[[Policy], Awaitable[None]]
+    """What a container of the session needs first (its network, its workspace volume)."""
 
 
 class WarmPool:
@@ -143,6 +145,7 @@ class WarmPool:
         request = request.model_copy(update={"command": ["/bin/sh", "-c", script]})
         await ports.check_runtime(self.policy.runtime)
         await ports.check_image(self.policy)
+        await ports.prepare(self.policy)
         cid = await ports.backend.create(request)
         try:
             stream = await ports.backend.attach(cid, stdin=True, logs=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import builtins
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,8 +15,8 @@ from supervisor.core.errors import (
     PolicyError,
     SessionEnded,
     SpecError,
-    SupervisorError,
     TaskNotFound,
+    WorkspaceBusy,
 )
 from supervisor.core.events import BaseEvent
 from supervisor.core.events import SessionEnded as SessionEndedEvent
@@ -24,37 +24,46 @@ from supervisor.core.ids import new_task_id
 from supervisor.core.logs import get_logger
 from supervisor.core.models import Kind, OutputSlice, PatternMatch, TaskInfo, TaskSpec
 from supervisor.core.policy import Policy
-from supervisor.core.resolve import Effective, container_request, resolve, workspace_mount
+from supervisor.core.resolve import Effective, container_request, resolve
 from supervisor.core.scan import compile_pattern
 from supervisor.core.task_state import TaskIdentity, TaskRecord, TaskState
 from supervisor.core.validation import spec_error
 from supervisor.runtime.pool import PoolPorts, Pools
+from supervisor.runtime.session_end import stop_all, store_end
 from supervisor.runtime.session_ports import (
     SessionEvents,
     SessionServices,
     SessionTaskPorts,
     network_name,
+    task_request,
 )
 from supervisor.runtime.task.ports import TaskPorts
 from supervisor.runtime.task.runner import TaskRunner
+from supervisor.runtime.workspace import Workspace
 from supervisor.state.eventlog import EventLog
 from supervisor.state.output import read_slice, read_tail
 from supervisor.state.sinks import Sink, SinkRunner
+from supervisor.state.workspace import ApplyResult, Change, UndoResult
 
 log = get_logger("supervisor.session")
 
 MAX_READ = 8 * 1024 * 1024
-#: Attempts at storing that a session ended before giving up (and saying so loudly).
-_END_WRITE_ATTEMPTS = 5
 
 
 class Session:
     """Owns tasks and an event log. Obtain one with ``Supervisor.open_session``."""
 
     def __init__(
-        self, services: SessionServices, session_id: str, events: EventLog, created_at: float
+        self,
+        services: SessionServices,
+        session_id: str,
+        events: EventLog,
+        created_at: float,
+        *,
+        workspace: Workspace | None = None,
     ) -> None:
         self._svc = services
+        self.workspace = workspace
         self.session_id = session_id
         self.created_at = created_at
         self._log = events
@@ -65,18 +74,17 @@ class Session:
         self._reserved = 0
         self._ended = False
         self._ending: asyncio.Task[None] | None = None
-        self._task_ports = SessionTaskPorts(services, session_id, self.network_name)
-        self._pools = Pools(
-            PoolPorts(
-                backend=services.backend,
-                check_runtime=services.check_runtime,
-                check_image=services.check_image,
-                new_task_id=self.unique_task_id,
-                build_request=self.build_request,
-                busy=self.running_count,
-            ),
-            session_id,
+        self._task_ports = SessionTaskPorts(services, session_id, workspace)
+        self._pool_ports = PoolPorts(
+            backend=services.backend,
+            check_runtime=services.check_runtime,
+            check_image=services.check_image,
+            new_task_id=self.unique_task_id,
+            build_request=self.build_request,
+            busy=self.running_count,
+            prepare=self._task_ports.prepare,
         )
+        self._pools = Pools(self._pool_ports, session_id)
         #: Digests of the API tokens minted for this session (the daemon persists them).
         self.token_digests: list[str] = []
         self.log = log.bind(session_id=session_id)
@@ -93,9 +101,9 @@ class Session:
     def event_log(self) -> EventLog:
         return self._log
 
-    @property
-    def network_name(self) -> str:
-        return network_name(self.session_id, self._svc.instance_id)
+    def network_name(self, kind: str = "bridge") -> str:
+        """The session's network of a kind (``bridge``: egress; ``session``: internal)."""
+        return network_name(self.session_id, self._svc.instance_id, kind)
 
     def _runner(self, task_id: str) -> TaskRunner:
         try:
@@ -211,22 +219,8 @@ class Session:
         self, task_id: str, command: str, eff: Effective, kind: str
     ) -> ContainerRequest:
         """The container for one task of this session, hardened as its policy says."""
-        policy = eff.policy
-        network = self.network_name if policy.network == "bridge" else "none"
-        return container_request(
-            name=f"sbx-{task_id}",
-            command=command,
-            eff=eff,
-            labels=self._svc.labels(
-                session_id=self.session_id,
-                task_id=task_id,
-                kind=kind,
-                policy=policy.name,
-                timeout_ms=eff.timeout_ms,
-            ),
-            network=network,
-            workspace=workspace_mount(policy, self._svc.workspace_roots),
-            aliases=[task_id] if network != "none" else None,
+        return task_request(
+            self._svc, self.session_id, self.workspace, task_id, command, eff, kind=kind
         )
 
     async def prewarm(self, policy_name: str = "default") -> int:
@@ -346,6 +340,57 @@ class Session:
             raise SpecError(f"from_offset: must be >= 0 (got {from_offset})")
         return await runner.wait_for_pattern(compiled, timeout_s, from_offset)
 
+    # -- workspace --------------------------------------------------------------------
+
+    def _ws(self, what: str) -> Workspace:
+        if self.workspace is None:
+            raise PolicyError(f"{what}: session {self.session_id!r} has no workspace")
+        return self.workspace
+
+    async def workspace_changes(self) -> builtins.list[Change]:
+        """What the session's tasks changed in the workspace (overlay mode)."""
+        return await self._ws("changes").changes()
+
+    async def workspace_diff(self) -> str:
+        """The changes as one unified diff that ``git apply`` accepts."""
+        return await self._ws("diff").diff()
+
+    async def apply_changes(self, *, force: bool = False, stop_tasks: bool = False) -> ApplyResult:
+        """Write the (non-ignored) changes to the host tree, backing up what they overwrite;
+        then start from a fresh upper. Conflicts (host files changed since the session
+        began) are refused unless ``force``; running tasks unless ``stop_tasks``."""
+        ws = self._ws("apply")
+        await self._quiesce("apply", stop_tasks)
+        return await ws.apply(force=force)
+
+    async def discard_changes(self, *, stop_tasks: bool = False) -> None:
+        """Drop every change."""
+        ws = self._ws("discard")
+        await self._quiesce("discard", stop_tasks)
+        await ws.discard()
+
+    async def undo_apply(self, *, force: bool = False, stop_tasks: bool = False) -> UndoResult:
+        """Put the host tree back as it was before the last apply; its changes are pending
+        again. Host edits made since the apply are refused unless ``force``."""
+        ws = self._ws("undo")
+        await self._quiesce("undo", stop_tasks)
+        return await ws.undo(force=force)
+
+    async def _quiesce(self, what: str, stop_tasks: bool) -> None:
+        """No container may hold the overlay: stop the tasks (if asked) and empty the pool."""
+        running = [r for r in self._runners.values() if not r.ended]
+        if running and not stop_tasks:
+            names = ", ".join(f"{r.task_id} ({r.ident.spec.label[:40]})" for r in running)
+            raise WorkspaceBusy(
+                f"{what}: session {self.session_id!r} still runs {len(running)} task(s): "
+                f"{names}; stop them first, or ask to stop them (stop_tasks)"
+            )
+        await stop_all(
+            list(self._runners.values()), "user_stopped", timeout_s=self._svc.end_timeout_s
+        )
+        await self._pools.aclose()
+        self._pools = Pools(self._pool_ports, self.session_id)
+
     # -- events ---------------------------------------------------------------------
 
     def events(self, after_seq: int = 0, *, follow: bool = True) -> AsyncIterator[BaseEvent]:
@@ -375,47 +420,22 @@ class Session:
 
     async def _end(self) -> None:
         await self._pools.aclose()
-        stopping = [r for r in self._runners.values() if not r.ended]
-        for runner in stopping:
-            runner.request_stop("session_ended")
-        waiting = [asyncio.ensure_future(r.done.wait()) for r in self._runners.values()]
-        if waiting:
-            grace = max((r.eff.grace_s for r in stopping), default=0.0)
-            _, late = await asyncio.wait(waiting, timeout=grace + self._svc.end_timeout_s)
-            for w in late:
-                w.cancel()
-        for runner in self._runners.values():
-            if not runner.done.is_set():
-                # The engine does not answer: the session still ends now; the container is
-                # removed in the background once the engine is back (or reaped later).
-                await runner.abandon(
-                    "the engine did not answer while the session ended; the container is "
-                    "removed once the engine is back"
-                )
-        await self._task_ports.remove_network(self.log)
-        self._log.emit(SessionEndedEvent(session_id=self.session_id, tasks_stopped=len(stopping)))
-        await self._log.aclose()
-        await self._store_end()
-        self.log.info("session_ended", tasks_stopped=len(stopping))
-        self._svc.on_ended(self.session_id)
-
-    async def _store_end(self) -> None:
-        """Store that the session ended; a restart must not re-open it. Retried, and
-        reported loudly if the store never takes it."""
-        delay = 0.2
-        for attempt in range(_END_WRITE_ATTEMPTS):
-            try:
-                await self._svc.store.put_session(self.session_id, self.created_at, time.time())
-                return
-            except SupervisorError as exc:
-                self.log.warning("session_end_write_failed", attempt=attempt, error=str(exc))
-                await asyncio.sleep(delay)
-                delay *= 2
-        self.log.error(
-            "session_end_not_stored",
-            why="the state store refused every write; a restart re-opens this session "
-            "(with no tasks running) until it is ended again",
+        stopped, late = await stop_all(
+            list(self._runners.values()), "session_ended", timeout_s=self._svc.end_timeout_s
         )
+        for runner in late:
+            # The engine does not answer: the session still ends now; the container is
+            # removed in the background once the engine is back (or reaped later).
+            await runner.abandon(
+                "the engine did not answer while the session ended; the container is "
+                "removed once the engine is back"
+            )
+        await self._task_ports.remove_networks(self.log)
+        self._log.emit(SessionEndedEvent(session_id=self.session_id, tasks_stopped=stopped))
+        await self._log.aclose()
+        await store_end(self._svc.store, self.session_id, self.created_at, self.log)
+        self.log.info("session_ended", tasks_stopped=stopped)
+        await self._svc.on_ended(self.session_id)
 
     async def release(self) -> None:
         """Supervisor shutdown without stopping tasks: let go of containers, keep records

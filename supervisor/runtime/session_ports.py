@@ -11,12 +11,16 @@ from pathlib import Path
 
 from structlog.stdlib import BoundLogger
 
+from supervisor.core.container import ContainerRequest
 from supervisor.core.errors import SupervisorError
 from supervisor.core.events import BaseEvent, parse_event
 from supervisor.core.policy import Policy, PolicySet
+from supervisor.core.resolve import Effective, container_request, workspace_mount
 from supervisor.core.task_state import Stage, TaskRecord
+from supervisor.core.workspace import task_user
 from supervisor.engine.base import Backend
 from supervisor.runtime.task.ports import StallPort
+from supervisor.runtime.workspace import Workspace
 from supervisor.state.eventlog import EventLog
 from supervisor.state.store import StateStore
 
@@ -39,7 +43,7 @@ class SessionServices:
     check_state_space: Callable[[], Awaitable[None]]
     find_container: Callable[[str], Awaitable[str | None]]
     live_restore: Callable[[], bool]
-    on_ended: Callable[[str], None]
+    on_ended: Callable[[str], Awaitable[None]]
     """Called with the session id once the session has ended."""
     stalls: StallPort | None = None
     search_io: Executor | None = None
@@ -70,20 +74,25 @@ class SessionEvents:
         return [parse_event(r) for r in rows]
 
 
-def network_name(session_id: str, instance_id: str) -> str:
-    """The session's own Docker network (tasks reach each other by task id on it)."""
-    return f"sbx-{session_id}-{instance_id[:8]}"
+def network_name(session_id: str, instance_id: str, kind: str = "bridge") -> str:
+    """The session's own Docker network of a kind (tasks reach each other by task id on it):
+    ``bridge`` (with egress) and ``session`` (internal) are separate networks, so a task
+    without egress never shares a network that has it."""
+    suffix = "" if kind == "bridge" else "-int"
+    return f"sbx-{session_id}-{instance_id[:8]}{suffix}"
 
 
 class SessionTaskPorts:
     """Where a session's tasks store their records (RecordPort) and what they check and
     prepare before a container is created (Preflight): the session's network, once."""
 
-    def __init__(self, services: SessionServices, session_id: str, network: str) -> None:
+    def __init__(
+        self, services: SessionServices, session_id: str, workspace: Workspace | None
+    ) -> None:
         self._svc = services
         self._session_id = session_id
-        self._network_name = network
-        self._network: asyncio.Task[None] | None = None
+        self._networks: dict[str, asyncio.Task[None]] = {}
+        self._workspace = workspace
 
     async def persist(self, stage: Stage, record: TaskRecord) -> None:
         await self._svc.store.put_task(
@@ -96,23 +105,71 @@ class SessionTaskPorts:
     async def check_image(self, policy: Policy) -> None:
         await self._svc.check_image(policy)
 
-    async def prepare_network(self, policy: Policy) -> None:
-        if policy.network != "bridge":
+    async def prepare(self, policy: Policy) -> None:
+        if self._workspace is not None:
+            await self._workspace.ensure_volume()
+        kind = policy.network
+        if kind == "none":
             return
-        if self._network is None:
+        made = self._networks.get(kind)
+        if made is None:
             labels = self._svc.labels(session_id=self._session_id)
-            self._network = asyncio.create_task(
-                self._svc.backend.ensure_network(self._network_name, labels)
+            name = network_name(self._session_id, self._svc.instance_id, kind)
+            made = self._networks[kind] = asyncio.create_task(
+                self._svc.backend.ensure_network(name, labels, internal=kind == "session")
             )
-        await asyncio.shield(self._network)
+        await asyncio.shield(made)
 
-    async def remove_network(self, log: BoundLogger) -> None:
-        """At the session's end: remove its network if one was made."""
-        if self._network is None:
-            return
-        try:
-            await self._network
-            await self._svc.backend.remove_network(self._network_name)
-        except SupervisorError as exc:
-            # Labelled as ours: the reconciler removes it once the engine lets it.
-            log.warning("network_remove_failed", network=self._network_name, error=str(exc))
+    async def remove_networks(self, log: BoundLogger) -> None:
+        """At the session's end: remove the networks it made."""
+        for kind, made in self._networks.items():
+            name = network_name(self._session_id, self._svc.instance_id, kind)
+            try:
+                await made
+                await self._svc.backend.remove_network(name)
+            except SupervisorError as exc:
+                # Labelled as ours: the reconciler removes it once the engine lets it.
+                log.warning("network_remove_failed", network=name, error=str(exc))
+
+
+def task_request(
+    svc: SessionServices,
+    session_id: str,
+    workspace: Workspace | None,
+    task_id: str,
+    command: str,
+    eff: Effective,
+    *,
+    kind: str,
+) -> ContainerRequest:
+    """The container for one task of a session, hardened as its policy says: on the
+    session's network of the policy's kind, with the session's workspace (at its path, as
+    its owner, as the policy decides for a root-owned one)."""
+    policy = eff.policy
+    kind_net = policy.network
+    network = "none" if kind_net == "none" else network_name(session_id, svc.instance_id, kind_net)
+    user = working_dir = None
+    mounts = None
+    if workspace is not None:
+        ws_plan = workspace.plan
+        user = task_user(ws_plan, policy.name, policy.runtime, policy.workspace_root_owner)
+        working_dir = ws_plan.container_path
+        mounts = workspace.mount_list()
+    return container_request(
+        name=f"sbx-{task_id}",
+        command=command,
+        eff=eff,
+        labels=svc.labels(
+            session_id=session_id,
+            task_id=task_id,
+            kind=kind,
+            policy=policy.name,
+            timeout_ms=eff.timeout_ms,
+        ),
+        network=network,
+        workspace=workspace_mount(policy, svc.workspace_roots),
+        aliases=[task_id] if network != "none" else None,
+        mounts=mounts,
+        user=user,
+        working_dir=working_dir,
+    )

@@ -16,23 +16,27 @@ from typing import Any
 
 from supervisor.core.errors import (
     EngineUnavailable,
+    PolicyError,
     SessionNotFound,
     StateStorageError,
     SupervisorError,
 )
 from supervisor.core.ids import check_session_id, new_session_id
-from supervisor.core.labels import LABEL_OWNER, LABEL_TASK, container_labels
+from supervisor.core.labels import container_labels
 from supervisor.core.logs import get_logger
 from supervisor.core.paths import default_state_dir
 from supervisor.core.policy import Policy, PolicySet, default_policies_dir
 from supervisor.core.task_state import TaskRecord
+from supervisor.core.workspace import WorkspaceSpec
 from supervisor.engine.base import Backend
-from supervisor.engine.probe import PROBE_LABEL
 from supervisor.runtime.engine_checks import EngineChecks
-from supervisor.runtime.ownership import heartbeat, lock_state_dir, owner_alive, owner_labels
+from supervisor.runtime.ownership import lock_state_dir, owner_labels
+from supervisor.runtime.reconcile import Reconciler
 from supervisor.runtime.session import Session
 from supervisor.runtime.session_ports import SessionServices
 from supervisor.runtime.stall_watch import StallWatcher
+from supervisor.runtime.workspace import Workspace
+from supervisor.runtime.workspaces import RETENTION_S, Workspaces
 from supervisor.state.eventlog import EventLog
 from supervisor.state.sinks import Sink
 from supervisor.state.store import StateStore
@@ -67,6 +71,7 @@ class Supervisor:
         orphan_grace_s: float = 600.0,
         end_timeout_s: float = 30.0,
         min_free_bytes: int = 32 * 1024 * 1024,
+        workspace_retention_s: float = RETENTION_S,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
         pdir = Path(policies_dir) if policies_dir is not None else default_policies_dir()
@@ -78,7 +83,9 @@ class Supervisor:
         roots = workspace_roots or [
             p for p in os.environ.get("SBX_WORKSPACE_ROOTS", "").split(":") if p
         ]
-        self.workspace_roots = [Path(r) for r in roots]
+        #: Directories a workspace may be in (default: the home of the user running us).
+        self.workspace_roots = [Path(r) for r in roots] or [Path.home()]
+        self.workspace_retention_s = workspace_retention_s
         self.event_retention = event_retention
         self.sink_max_lag = sink_max_lag
         self.require_engine = require_engine
@@ -97,10 +104,12 @@ class Supervisor:
         self._session_lock = asyncio.Lock()
         self._lock_fd: int | None = None
         self._checks: EngineChecks | None = None
+        self._workspaces: Workspaces | None = None
         self._started = False
         self._closed = False
         self._owner_labels: dict[str, str] = {}
         self._reconciler: asyncio.Task[None] | None = None
+        self._reconcile: Reconciler | None = None
         #: Whether the engine keeps containers running through its restarts (from the engine).
         self.live_restore = True
 
@@ -146,6 +155,28 @@ class Supervisor:
         if self.stall_watcher is None:
             self.stall_watcher = StallWatcher(self._backend, self.io)
         self._checks = EngineChecks(self._backend, self.policies)
+        self._workspaces = Workspaces(
+            backend=self._backend,
+            io=self.io,
+            store=self.store,
+            state_dir=self.state_dir,
+            instance_id=instance,
+            labels=self.container_labels,
+            roots=self.workspace_roots,
+            retention_s=self.workspace_retention_s,
+        )
+        await self._workspaces.load()
+        self._reconcile = Reconciler(
+            backend=self._backend,
+            io=self.io,
+            instance_id=instance,
+            state_dir=self.state_dir,
+            grace_s=self.orphan_grace_s,
+            owns=lambda task_id: any(s.owns(task_id) for s in self._sessions.values()),
+            engine_ok=lambda: self.engine_ok,
+            reap_more=lambda: self.workspaces.reap(list(self._sessions)),
+            sweep_orphans=self.sweep_orphans,
+        )
         self._started = True
         if not await self._checks.first_ping() and self.require_engine:
             await self.aclose()
@@ -161,7 +192,7 @@ class Supervisor:
         await self._restore()
         if self.engine_ok and self.sweep_orphans:
             await self.sweep()
-        self._reconciler = asyncio.create_task(self._reconcile_loop(), name="reconcile")
+        self._reconciler = asyncio.create_task(self.reconciler.run(), name="reconcile")
         log.info("supervisor_started", instance_id=instance, state_dir=str(self.state_dir))
 
     async def aclose(self) -> None:
@@ -232,54 +263,23 @@ class Supervisor:
         ``task_id`` -> ``io.sbx.task``, ``timeout_ms`` -> ``io.sbx.timeout-ms``)."""
         return container_labels(self._owner_labels, **fields)
 
+    @property
+    def reconciler(self) -> Reconciler:
+        if self._reconcile is None:
+            raise SupervisorError("supervisor is not started")
+        return self._reconcile
+
     async def sweep(self) -> int:
-        """Stop and remove containers whose owning supervisor is gone. Never touches
-        unlabeled containers or those of a live owner. Returns how many were removed."""
-        removed = 0
-        loop = asyncio.get_running_loop()
-        try:
-            rows = await self.backend.list_labeled(LABEL_OWNER)
-        except EngineUnavailable:
-            return 0
-        for row in rows:
-            if PROBE_LABEL in row.labels:
-                continue
-            owner = row.labels.get(LABEL_OWNER)
-            if owner == self.instance_id:
-                if await self.adopt_or_reap(row.id, row.labels):
-                    removed += 1
-                continue
-            alive = await loop.run_in_executor(
-                self.io, owner_alive, row.labels, self.orphan_grace_s
-            )
-            if alive is False:
-                log.info("reaping_orphan", container=row.id[:12], owner=owner)
-                try:
-                    await self.backend.remove(row.id)
-                    removed += 1
-                except SupervisorError as exc:
-                    log.warning("reap_failed", container=row.id[:12], error=str(exc))
-        return removed
+        """Remove containers whose owning supervisor is gone (runtime/reconcile.py)."""
+        return await self.reconciler.sweep()
 
     async def adopt_or_reap(self, container_id: str, labels: dict[str, str]) -> bool:
-        """A container of our own instance: kept when a task (restored from the store) owns
-        it, reaped when no record knows it (e.g. a crash between create and record)."""
-        task_id = labels.get(LABEL_TASK, "")
-        if any(session.owns(task_id) for session in self._sessions.values()):
-            return False
-        log.info("reaping_unrecorded", container=container_id[:12], task_id=task_id)
-        with contextlib.suppress(SupervisorError):
-            await self.backend.remove(container_id)
-            return True
-        return False
+        """Keep a container of ours that a task owns; reap it when no record knows it."""
+        return await self.reconciler.adopt_or_reap(container_id, labels)
 
     async def find_container(self, task_id: str) -> str | None:
         """Our container for ``task_id``, found by its labels (any state)."""
-        rows = await self.backend.list_labeled(f"{LABEL_TASK}={task_id}")
-        for row in rows:
-            if row.labels.get(LABEL_OWNER) == self.instance_id:
-                return row.id
-        return None
+        return await self.reconciler.find_container(task_id)
 
     async def _restore(self) -> None:
         """Re-open the sessions that were open when the last supervisor on this state dir
@@ -304,25 +304,6 @@ class Supervisor:
                 restored += stage != "ended"
             log.info("session_restored", session_id=sid, resumed_tasks=restored)
 
-    async def _reconcile_loop(self, every_s: float = 10.0) -> None:
-        """The engine's event stream drops events: periodically list our labeled containers
-        and reap any that no task owns; now and then, sweep other owners' orphans too."""
-        ticks = 0
-        while not self._closed:
-            await asyncio.sleep(every_s)
-            ticks += 1
-            await asyncio.get_running_loop().run_in_executor(self.io, heartbeat, self.state_dir)
-            if not self.engine_ok:
-                continue
-            try:
-                rows = await self.backend.list_labeled(f"{LABEL_OWNER}={self.instance_id}")
-            except SupervisorError:
-                continue
-            for row in rows:
-                await self.adopt_or_reap(row.id, row.labels)
-            if self.sweep_orphans and ticks % 6 == 0:
-                await self.sweep()
-
     async def check_state_space(self) -> None:
         """Refuse new work while the state volume is (nearly) full (``min_free_bytes``)."""
         loop = asyncio.get_running_loop()
@@ -337,15 +318,25 @@ class Supervisor:
     # -- sessions --------------------------------------------------------------------
 
     async def open_session(
-        self, session_id: str | None = None, *, sinks: Iterable[Sink] = ()
+        self,
+        session_id: str | None = None,
+        *,
+        sinks: Iterable[Sink] = (),
+        workspace: WorkspaceSpec | None = None,
+        policy: str = "default",
     ) -> Session:
-        """The session with this id (created on first use; idempotent)."""
+        """The session with this id (created on first use; idempotent). ``workspace``: the
+        project its tasks run on, fixed when the session opens; ``policy`` decides whom
+        tasks of a root-owned workspace run as (``workspace_root_owner``)."""
         if self._closed or not self._started:
             raise SupervisorError("supervisor is not running (use `async with Supervisor()`)")
         sid = check_session_id(session_id) if session_id is not None else new_session_id()
         async with self._session_lock:
             session = self._sessions.get(sid)
-            if session is None:
+            if session is not None:
+                _same_workspace(session, workspace)
+            else:
+                ws = await self._session_workspace(sid, workspace, policy)
                 existing = await self.store.get_session(sid)
                 created = existing[0] if existing else time.time()
                 events = EventLog(
@@ -355,7 +346,7 @@ class Supervisor:
                     sink_max_lag=self.sink_max_lag,
                 )
                 await events.load()
-                session = Session(self._services(), sid, events, created)
+                session = Session(self._services(), sid, events, created, workspace=ws)
                 await self.store.put_session(sid, created, None)
                 self._sessions[sid] = session
                 if self._sink_factory is not None:
@@ -375,8 +366,43 @@ class Supervisor:
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
 
-    def _forget(self, session_id: str) -> None:
+    async def _forget(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
+        await self.workspaces.session_ended(session_id)
+
+    @property
+    def workspaces(self) -> Workspaces:
+        if self._workspaces is None:
+            raise SupervisorError("supervisor is not started")
+        return self._workspaces
+
+    async def _session_workspace(
+        self, sid: str, spec: WorkspaceSpec | None, policy: str
+    ) -> Workspace | None:
+        """The workspace of a session being opened: the one it had (a restart, or changes
+        kept after it ended), or a new one."""
+        known = self.workspaces.get(sid)
+        if known is not None:
+            if spec is not None and not _same_spec(known.spec, spec):
+                raise PolicyError(
+                    f"session {sid!r} keeps workspace {known.plan.host} ({known.plan.mode}) "
+                    "with changes not yet applied or discarded; use another session id, or "
+                    "apply or discard them first"
+                )
+            if known.ended_at is not None:
+                known.ended_at = None
+                await self.workspaces.save(known)
+            return known
+        if spec is None:
+            return None
+        return await self.workspaces.open(sid, spec, self.policies.get(policy))
+
+    def workspace(self, session_id: str) -> Workspace:
+        """The workspace of a session, open or ended with changes kept; SessionNotFound."""
+        ws = self.workspaces.get(session_id)
+        if ws is None:
+            raise SessionNotFound(session_id)
+        return ws
 
     def _services(self) -> SessionServices:
         return SessionServices(
@@ -398,4 +424,21 @@ class Supervisor:
             search_io=self.search_io,
             workspace_roots=self.workspace_roots,
             end_timeout_s=self.end_timeout_s,
+        )
+
+
+def _same_spec(a: WorkspaceSpec, b: WorkspaceSpec) -> bool:
+    return os.path.realpath(a.path) == os.path.realpath(b.path) and a.mode == b.mode
+
+
+def _same_workspace(session: Session, spec: WorkspaceSpec | None) -> None:
+    """Re-opening a session may not change its workspace (fixed when it opened)."""
+    if spec is None:
+        return
+    ws = session.workspace
+    if ws is None or not _same_spec(ws.spec, spec):
+        have = "none" if ws is None else f"{ws.plan.host} ({ws.plan.mode})"
+        raise PolicyError(
+            f"session {session.session_id!r} is open with workspace {have}; a session's "
+            "workspace is fixed when it opens (use another session id)"
         )

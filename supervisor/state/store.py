@@ -110,6 +110,24 @@ class StateStore:
             )
         )
 
+    async def metas(self, prefix: str) -> dict[str, str]:
+        """Every meta entry whose key starts with ``prefix``."""
+
+        def q() -> dict[str, str]:
+            rows = (
+                self._c()
+                .execute(
+                    "SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?", (len(prefix), prefix)
+                )
+                .fetchall()
+            )
+            return {str(k): str(v) for k, v in rows}
+
+        return await self._run(q)
+
+    async def delete_meta(self, key: str) -> None:
+        await self._run(lambda: self._c().execute("DELETE FROM meta WHERE key=?", (key,)))
+
     # -- sessions -------------------------------------------------------------------
 
     async def put_session(

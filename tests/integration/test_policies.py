@@ -197,12 +197,12 @@ async def test_running_container_has_the_policy_limits(sup: Supervisor, name: st
         image_id = c.inspect_image(policy.image)["Id"]
     finally:
         c.close()
-    network = session.network_name if name == "networked" else "none"
+    network = session.network_name() if name == "networked" else "none"
     assert_matches_policy(data, policy, network=network, image_id=image_id)
     if name == "networked":
-        endpoint = data["NetworkSettings"]["Networks"][session.network_name]
+        endpoint = data["NetworkSettings"]["Networks"][session.network_name()]
         assert info.task_id in endpoint["Aliases"]
-        assert set(data["NetworkSettings"]["Networks"]) == {session.network_name}
+        assert set(data["NetworkSettings"]["Networks"]) == {session.network_name()}
     final = await session.stop(info.task_id)
     assert final.status == "killed" and final.reason == "user_stopped"
     await session.end()
@@ -323,7 +323,7 @@ MALFORMED = [
         ["working_dir = '/proc/self/fd/7'", "no /proc"],
     ),
     ("rootuser", 'user = "0"\n', ["user = '0'", "should match pattern"]),
-    ("hostnet", 'network = "host"\n', ["network = 'host'", "'none' or 'bridge'"]),
+    ("hostnet", 'network = "host"\n', ["network = 'host'", "'none', 'session' or 'bridge'"]),
     ("kata", 'runtime = "kata"\n', ["runtime = 'kata'", "'runc' or 'runsc'"]),
     ("tmpproc", '[[tmpfs]]\npath = "/proc"\n', ["tmpfs.0.path = '/proc'", "system directory"]),
     (
@@ -449,7 +449,8 @@ async def test_workspace_is_writable_when_the_policy_says_rw(
         ("{tmp}/elsewhere", ["{root}"], "is not under an allowed workspace root ({root})"),
         ("{root}/../escape", ["{root}"], "is not under an allowed workspace root"),
         ("{root}/link-out", ["{root}"], "is not under an allowed workspace root"),
-        ("{root}/proj", [], "none configured (SBX_WORKSPACE_ROOTS)"),
+        # No roots given: the home directory of the user running the supervisor.
+        ("{root}/proj", [], "is not under an allowed workspace root ({home})"),
         ("/var/run", ["/var/run"], "would expose /run/docker.sock"),
         ("/run", ["/"], "would expose"),
         ("/run/docker", ["/run"], "would expose /run/docker"),
@@ -469,7 +470,7 @@ async def test_workspace_outside_roots_or_over_the_engine_is_refused(
     require_engine()
     (tmp_path / "elsewhere").mkdir()
     (workspace_root / "link-out").symlink_to(tmp_path / "elsewhere")
-    fill = {"tmp": str(tmp_path), "root": str(workspace_root)}
+    fill = {"tmp": str(tmp_path), "root": str(workspace_root), "home": str(Path.home())}
     write_policy(policies_dir, "wsbad", ws_policy(host_path.format(**fill)))
     async with Supervisor(
         state_dir=state_dir,
@@ -519,7 +520,7 @@ async def test_networked_tasks_reach_each_other_by_task_id_only_within_a_session
     try:
         running = await a.get(server.task_id)
         ip = c.inspect_container(running.container_id)["NetworkSettings"]["Networks"][
-            a.network_name
+            a.network_name()
         ]["IPAddress"]
     finally:
         c.close()
@@ -547,7 +548,7 @@ async def test_networked_tasks_reach_each_other_by_task_id_only_within_a_session
         names = {n["Name"] for n in c.networks()}
     finally:
         c.close()
-    assert a.network_name not in names and b.network_name not in names
+    assert a.network_name() not in names and b.network_name() not in names
     assert owned(sup) == []
 
 

@@ -10,7 +10,6 @@ from pydantic import ValidationError
 
 from supervisor.core.errors import (
     InputTooLarge,
-    InvalidRequest,
     MethodNotAllowed,
     NotFound,
     SessionNotFound,
@@ -18,8 +17,8 @@ from supervisor.core.errors import (
     SupervisorError,
     TooManyConnections,
     Unauthorized,
-    field_problems,
 )
+from supervisor.core.problems import InvalidRequest, field_problems
 from supervisor.interfaces.daemon.bodies import AckBody, InputBody, StartTask, check_unicode
 from supervisor.interfaces.daemon.connections import connection_cap, raw_response
 from supervisor.interfaces.daemon.errors import error_body, status_of

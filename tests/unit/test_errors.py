@@ -14,7 +14,6 @@ from supervisor.core.errors import (
     DaemonNotRunning,
     ForbiddenHost,
     HttpError,
-    InvalidRequest,
     NotFound,
     SessionNotFound,
     SpecError,
@@ -22,13 +21,10 @@ from supervisor.core.errors import (
     TaskNotFound,
     TaskNotRunning,
     Unauthorized,
-    error_class,
-    field_problems,
-    from_wire,
-    make_error,
-    registered_codes,
 )
 from supervisor.core.models import TaskInfo
+from supervisor.core.problems import InvalidRequest, field_problems
+from supervisor.core.wire import error_class, from_wire, make_error, registered_codes
 
 #: Every code the daemon answers with (daemon/app.py), and what it means here.
 DAEMON_CODES: dict[str, type[SupervisorError]] = {

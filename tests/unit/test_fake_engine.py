@@ -14,12 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from supervisor.core.container import ContainerRequest, Segment
-from supervisor.core.errors import (
-    EngineError,
-    EngineUnavailable,
-    ImageMissing,
-    RuntimeUnavailable,
-)
+from supervisor.core.errors import EngineError, EngineUnavailable, ImageMissing, RuntimeUnavailable
 from supervisor.core.resolve import MERGE_PREFIX
 from supervisor.core.resync import (
     COPIER_CHUNK,

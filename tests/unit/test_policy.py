@@ -60,8 +60,10 @@ def load_error(tmp_path: Path, text: str, name: str = "p") -> tuple[Path, str]:
 def test_every_shipped_policy_loads(path: Path) -> None:
     policy = load_policy_file(path)
     assert policy.name == path.stem
-    # Only the policy made for it talks to the network (on a per-session bridge).
-    assert policy.network == ("bridge" if policy.name == "networked" else "none")
+    # Only the policy made for it has egress (a per-session bridge); dev reaches the other
+    # tasks of its session (an internal network); the rest have none.
+    expected = {"networked": "bridge", "dev": "session"}.get(policy.name, "none")
+    assert policy.network == expected
     assert policy.read_only_rootfs is True
     assert policy.cap_add == []
     assert not policy.user.startswith("0")
@@ -106,7 +108,15 @@ BAD_VALUES: list[tuple[str, str, str, str, object, str]] = [
         "sha256:[0-9a-f]{64}",
     ),
     ("Policy", "runtime", 'runtime = "kata"', "runtime", "kata", "'runc' or 'runsc'"),
-    ("Policy", "network", 'network = "host"', "network", "host", "'none' or 'bridge'"),
+    ("Policy", "network", 'network = "host"', "network", "host", "'none', 'session' or 'bridge'"),
+    (
+        "Policy",
+        "workspace_root_owner",
+        'workspace_root_owner = "admin"',
+        "workspace_root_owner",
+        "admin",
+        "'nobody', 'root' or 'refuse'",
+    ),
     ("Policy", "user", 'user = "0:0"', "user", "0:0", "[1-9]"),
     ("Policy", "working_dir", 'working_dir = "tmp"', "working_dir", "tmp", "plain absolute path"),
     (

@@ -307,7 +307,13 @@ def test_request_to_config_closed_stdin_and_mounts() -> None:
     assert body["AttachStdin"] is False
     assert body["HostConfig"]["Runtime"] == "runsc"
     assert body["HostConfig"]["Mounts"] == [
-        {"Type": "bind", "Source": "/srv/ws", "Target": "/workspace", "ReadOnly": True}
+        {
+            "Type": "bind",
+            "Source": "/srv/ws",
+            "Target": "/workspace",
+            "ReadOnly": True,
+            "BindOptions": {"Propagation": "rprivate", "NonRecursive": False},
+        }
     ]
 
 

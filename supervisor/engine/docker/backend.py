@@ -14,7 +14,14 @@ from typing import Any, Literal, TypeVar
 import docker
 import docker.errors
 
-from supervisor.core.container import ContainerRequest, ContainerState, ContainerSummary, Segment
+from supervisor.core.container import (
+    ContainerRequest,
+    ContainerState,
+    ContainerSummary,
+    Segment,
+    VolumeRequest,
+    VolumeSummary,
+)
 from supervisor.core.demux import FrameDemux
 from supervisor.core.errors import EngineError, ImageMissing, SupervisorError
 from supervisor.core.logs import get_logger
@@ -257,7 +264,9 @@ class DockerBackend:
         except (KeyError, TypeError, ValueError):
             return None
 
-    async def ensure_network(self, name: str, labels: dict[str, str]) -> None:
+    async def ensure_network(
+        self, name: str, labels: dict[str, str], *, internal: bool = False
+    ) -> None:
         existing = await self._call("networks", "networks", names=[name])
         if any(n.get("Name") == name for n in existing):
             return
@@ -267,6 +276,7 @@ class DockerBackend:
                 "create_network",
                 name,
                 driver="bridge",
+                internal=internal,
                 labels=labels,
                 check_duplicate=True,
             )
@@ -277,6 +287,27 @@ class DockerBackend:
     async def remove_network(self, name: str) -> None:
         with contextlib.suppress(_NotFoundError):
             await self._call("remove network", "remove_network", name)
+
+    async def create_volume(self, request: VolumeRequest) -> None:
+        await self._call(
+            "create volume",
+            "create_volume",
+            request.name,
+            driver="local",
+            driver_opts=dict(request.driver_opts),
+            labels=dict(request.labels),
+        )
+
+    async def remove_volume(self, name: str) -> None:
+        with contextlib.suppress(_NotFoundError):
+            await self._call("remove volume", "remove_volume", name)
+
+    async def list_volumes(self, label: str) -> list[VolumeSummary]:
+        answer = await self._call("list volumes", "volumes", filters={"label": label})
+        return [
+            VolumeSummary(name=v["Name"], labels=v.get("Labels") or {})
+            for v in (answer or {}).get("Volumes") or []
+        ]
 
     async def aclose(self) -> None:
         client, self._client = self._client, None

@@ -8,7 +8,7 @@ from typing import Any
 import docker.errors
 import requests.exceptions
 
-from supervisor.core.container import ContainerRequest, ContainerState
+from supervisor.core.container import ContainerRequest, ContainerState, Mount
 from supervisor.core.errors import (
     EngineError,
     EngineUnavailable,
@@ -62,6 +62,21 @@ def state_from_inspect(data: dict[str, Any]) -> ContainerState:
     )
 
 
+def _mount(m: Mount) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "Type": m.type,
+        "Source": m.source,
+        "Target": m.target,
+        "ReadOnly": m.read_only,
+    }
+    if m.type == "bind":
+        body["BindOptions"] = {"Propagation": "rprivate", "NonRecursive": m.non_recursive}
+    else:
+        # Never copy the image's files at the target into the volume (it is the workspace).
+        body["VolumeOptions"] = {"NoCopy": True}
+    return body
+
+
 def request_to_config(req: ContainerRequest) -> dict[str, Any]:
     """Engine API body for POST /containers/create (pure; tested without an engine)."""
     host_config: dict[str, Any] = {
@@ -86,10 +101,7 @@ def request_to_config(req: ContainerRequest) -> dict[str, Any]:
             "Type": "json-file",
             "Config": {"max-size": req.log_max_size, "max-file": str(req.log_max_files)},
         },
-        "Mounts": [
-            {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
-            for m in req.mounts
-        ],
+        "Mounts": [_mount(m) for m in req.mounts],
     }
     config: dict[str, Any] = {
         "Image": req.image,

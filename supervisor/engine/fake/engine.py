@@ -13,7 +13,14 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
 from typing import Literal
 
-from supervisor.core.container import ContainerRequest, ContainerState, ContainerSummary, Segment
+from supervisor.core.container import (
+    ContainerRequest,
+    ContainerState,
+    ContainerSummary,
+    Segment,
+    VolumeRequest,
+    VolumeSummary,
+)
 from supervisor.core.demux import FrameDemux, encode_frame
 from supervisor.core.errors import (
     EngineError,
@@ -73,6 +80,8 @@ class FakeEngine:
         #: Every container ever created, removed ones included, in creation order.
         self.containers: list[FakeContainer] = []
         self.networks: dict[str, dict[str, str]] = {}
+        #: Volumes by name: (driver options, labels).
+        self.volumes: dict[str, VolumeRequest] = {}
         #: Every backend call as ``(method, container id or name)``, refused ones included.
         self.calls: list[tuple[str, str]] = []
         self.down = False
@@ -372,13 +381,39 @@ class FakeBackend:
         c = await self._get("cpu_time_ns", container_id)
         return None if c is None else c.cpu_ns
 
-    async def ensure_network(self, name: str, labels: dict[str, str]) -> None:
+    async def ensure_network(
+        self, name: str, labels: dict[str, str], *, internal: bool = False
+    ) -> None:
         await self.engine.enter("ensure_network", name)
         self.engine.networks.setdefault(name, dict(labels))
 
     async def remove_network(self, name: str) -> None:
         await self.engine.enter("remove_network", name)
         self.engine.networks.pop(name, None)
+
+    async def create_volume(self, request: VolumeRequest) -> None:
+        await self.engine.enter("create_volume", request.name)
+        self.engine.volumes.setdefault(request.name, request)
+
+    async def remove_volume(self, name: str) -> None:
+        await self.engine.enter("remove_volume", name)
+        in_use = [
+            c
+            for c in self.engine.containers
+            if not c.removed and any(m.source == name for m in c.request.mounts)
+        ]
+        if in_use:
+            raise EngineError(f"remove volume: volume {name} is in use by {in_use[0].id[:12]}")
+        self.engine.volumes.pop(name, None)
+
+    async def list_volumes(self, label: str) -> list[VolumeSummary]:
+        await self.engine.enter("list_volumes", label)
+        key, _, value = label.partition("=")
+        return [
+            VolumeSummary(name=v.name, labels=dict(v.labels))
+            for v in self.engine.volumes.values()
+            if key in v.labels and (not value or v.labels[key] == value)
+        ]
 
     async def aclose(self) -> None:
         self.closed = True

@@ -11,7 +11,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
-from supervisor.core.errors import EngineUnavailable, InvalidRequest
+from supervisor.core.errors import EngineUnavailable
+from supervisor.core.problems import InvalidRequest
 from supervisor.interfaces.daemon import errors
 from supervisor.interfaces.daemon.auth import Auth, Principal
 from supervisor.interfaces.daemon.bodies import CreateSession

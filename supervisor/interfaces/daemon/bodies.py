@@ -23,9 +23,10 @@ from pydantic import (
     model_validator,
 )
 
-from supervisor.core.errors import InputTooLarge, InvalidRequest, SpecError
+from supervisor.core.errors import InputTooLarge, SpecError
 from supervisor.core.ids import SESSION_ID_RE
 from supervisor.core.models import TaskLimits, TaskSpec
+from supervisor.core.problems import InvalidRequest
 from supervisor.core.text import parse_duration
 from supervisor.interfaces.daemon.limits import MAX_INPUT_BYTES, MAX_OFFSET, MAX_SEQ, MAX_WAIT_S
 

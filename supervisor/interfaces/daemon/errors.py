@@ -10,13 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from supervisor.core.errors import (
-    InvalidRequest,
-    MethodNotAllowed,
-    NotFound,
-    SupervisorError,
-    Unauthorized,
-)
+from supervisor.core.errors import MethodNotAllowed, NotFound, SupervisorError, Unauthorized
+from supervisor.core.problems import InvalidRequest
 
 #: For an error class that names no status of its own (a runtime error added later): the
 #: builtin it mixes in says what kind of failure it is.

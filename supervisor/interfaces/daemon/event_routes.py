@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 from fastapi import FastAPI, Header, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from supervisor.core.errors import InvalidRequest
 from supervisor.core.events import NOTIFY_TYPES, BaseEvent
+from supervisor.core.problems import InvalidRequest
 from supervisor.core.render import render_json, render_xml
 from supervisor.interfaces.daemon.bodies import CONSUMER_PATTERN, AckBody
 from supervisor.interfaces.daemon.deps import INTEGER, NUMBER, SessionId, Who, session_of

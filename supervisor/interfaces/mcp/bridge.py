@@ -23,18 +23,18 @@ from mcp.server.mcpserver import Context
 from mcp.server.session import ServerSession
 
 from supervisor.core.errors import (
-    InvalidRequest,
     NotFound,
     SessionNotFound,
     SpecError,
     SupervisorError,
     TaskNotRunning,
-    make_error,
 )
 from supervisor.core.events import EVENT_ADAPTER, NOTIFY_TYPES, TaskFailed, TaskStalled, TaskStopped
 from supervisor.core.models import TaskInfo
+from supervisor.core.problems import InvalidRequest
 from supervisor.core.render import render_xml
 from supervisor.core.text import describe_end, utf8_safe_end
+from supervisor.core.wire import make_error
 from supervisor.interfaces.client import SbxClient, task_info
 from supervisor.interfaces.mcp import texts
 from supervisor.interfaces.mcp.texts import (

@@ -34,7 +34,7 @@ class Launcher:
         """Checks, create, attach (the command has not started yet)."""
         await self.preflight.check_runtime(policy.runtime)
         await self.preflight.check_image(policy)
-        await self.preflight.prepare_network(policy)
+        await self.preflight.prepare(policy)
         crash_point("before_create")
         self.state.container_id = await self.backend.create(request)
         crash_point("after_create")

@@ -59,8 +59,9 @@ class Preflight(Protocol):
         """Raise ImageMissing (or PolicyError for a wrong pin)."""
         ...
 
-    async def prepare_network(self, policy: Policy) -> None:
-        """Create what the policy's network needs (the session's network), once."""
+    async def prepare(self, policy: Policy) -> None:
+        """Create what a container of the session needs first, once: the session's network
+        (when the policy has one) and its workspace's volume (overlay mode)."""
         ...
 
 

@@ -1,0 +1,120 @@
+"""Keeping the engine and the store in step. The engine's event stream drops events, so
+the reconciler lists our labelled containers now and then: a container no task owns is
+reaped (a crash between create and record), other owners' orphans are reaped once their
+owner is gone for good, workspaces past retention are removed. Unlabelled containers are
+never touched."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from pathlib import Path
+
+from supervisor.core.errors import EngineUnavailable, SupervisorError
+from supervisor.core.labels import LABEL_OWNER, LABEL_TASK
+from supervisor.core.logs import get_logger
+from supervisor.engine.base import Backend
+from supervisor.engine.probe import PROBE_LABEL
+from supervisor.runtime.ownership import heartbeat, owner_alive
+
+log = get_logger("supervisor.reconcile")
+
+#: Every this many rounds, other owners' orphans and old workspaces are looked at too.
+_SWEEP_EVERY = 6
+
+
+class Reconciler:
+    """One supervisor's reconciliation."""
+
+    def __init__(
+        self,
+        *,
+        backend: Backend,
+        io: Executor,
+        instance_id: str,
+        state_dir: Path,
+        grace_s: float,
+        owns: Callable[[str], bool],
+        engine_ok: Callable[[], bool],
+        reap_more: Callable[[], Awaitable[int]],
+        sweep_orphans: bool = True,
+    ) -> None:
+        self.backend = backend
+        self.io = io
+        self.instance_id = instance_id
+        self.state_dir = state_dir
+        self.grace_s = grace_s
+        self._owns = owns
+        self._engine_ok = engine_ok
+        self._reap_more = reap_more
+        self.sweep_orphans = sweep_orphans
+
+    async def sweep(self) -> int:
+        """Stop and remove containers whose owning supervisor is gone. Never touches
+        unlabeled containers or those of a live owner. Returns how many were removed."""
+        removed = 0
+        loop = asyncio.get_running_loop()
+        try:
+            rows = await self.backend.list_labeled(LABEL_OWNER)
+        except EngineUnavailable:
+            return 0
+        for row in rows:
+            if PROBE_LABEL in row.labels:
+                continue
+            owner = row.labels.get(LABEL_OWNER)
+            if owner == self.instance_id:
+                removed += await self.adopt_or_reap(row.id, row.labels)
+                continue
+            alive = await loop.run_in_executor(self.io, owner_alive, row.labels, self.grace_s)
+            if alive is False:
+                log.info("reaping_orphan", container=row.id[:12], owner=owner)
+                removed += await self._remove(row.id)
+        return removed
+
+    async def adopt_or_reap(self, container_id: str, labels: dict[str, str]) -> bool:
+        """A container of our own instance: kept when a task (restored from the store) owns
+        it, reaped when no record knows it (e.g. a crash between create and record)."""
+        task_id = labels.get(LABEL_TASK, "")
+        if self._owns(task_id):
+            return False
+        log.info("reaping_unrecorded", container=container_id[:12], task_id=task_id)
+        return await self._remove(container_id)
+
+    async def _remove(self, container_id: str) -> bool:
+        try:
+            await self.backend.remove(container_id)
+        except SupervisorError as exc:
+            # The next round tries again.
+            log.warning("reap_failed", container=container_id[:12], error=str(exc))
+            return False
+        return True
+
+    async def find_container(self, task_id: str) -> str | None:
+        """Our container for ``task_id``, found by its labels (any state)."""
+        rows = await self.backend.list_labeled(f"{LABEL_TASK}={task_id}")
+        for row in rows:
+            if row.labels.get(LABEL_OWNER) == self.instance_id:
+                return row.id
+        return None
+
+    async def run(self, every_s: float = 10.0) -> None:
+        """The loop: heartbeat, reap our unowned containers; now and then a full sweep."""
+        ticks = 0
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(every_s)
+            ticks += 1
+            await loop.run_in_executor(self.io, heartbeat, self.state_dir)
+            if not self._engine_ok():
+                continue
+            try:
+                rows = await self.backend.list_labeled(f"{LABEL_OWNER}={self.instance_id}")
+            except SupervisorError as exc:
+                log.info("reconcile_list_failed", error=str(exc))
+                continue
+            for row in rows:
+                await self.adopt_or_reap(row.id, row.labels)
+            if self.sweep_orphans and ticks % _SWEEP_EVERY == 0:
+                await self.sweep()
+                await self._reap_more()

@@ -1,0 +1,275 @@
+"""A session's workspace on the host: its overlay (upper layer, work dir, the engine volume
+that mounts them), the manifest of the project taken when the session opened, and the
+review of its changes (list, diff, apply, discard, undo).
+
+The overlay's lower is the live project directory. The kernel leaves changing a lower
+(or an upper) while it is mounted undefined, so apply, discard and undo run with the volume
+removed (unmounted): the session stops its tasks first. Listing and diffing only read the
+upper, so they run beside the tasks and see a snapshot of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+
+import supervisor.state.workspace as changes_fs
+from supervisor.core.container import Mount, VolumeRequest
+from supervisor.core.errors import EngineError, PolicyError
+from supervisor.core.logs import get_logger
+from supervisor.core.workspace import GIT_PROTECTED, WorkspacePlan, WorkspaceSpec, mounts
+from supervisor.engine.base import Backend
+
+log = get_logger("supervisor.workspace")
+
+#: Overlay options beyond the three dirs: user xattrs (no trusted.* needed to read the
+#: upper back), no redirects, no index, no metacopy, no xino: each keeps the upper a plain
+#: tree a review can read, and lets the lower change while unmounted (overlayfs.rst).
+OVERLAY_OPTIONS = "userxattr,redirect_dir=nofollow,index=off,metacopy=off,xino=off"
+
+
+class Workspace:
+    """One session's workspace. ``root`` holds its state: ``upper/``, ``work/``,
+    ``backup/`` (what an apply overwrote, for undo) and ``manifest``."""
+
+    def __init__(
+        self,
+        plan: WorkspacePlan,
+        *,
+        session_id: str,
+        root: Path,
+        volume: str,
+        labels: dict[str, str],
+        backend: Backend,
+        io: Executor,
+        upper_owner: tuple[int, int],
+    ) -> None:
+        self.plan = plan
+        self.session_id = session_id
+        self.root = root
+        self.volume = volume
+        self.labels = labels
+        self.backend = backend
+        self.io = io
+        self.upper_owner = upper_owner
+        self.ended_at: float | None = None
+        self._protected: list[str] = []
+        self._volume_ready = False
+        self._lock = asyncio.Lock()
+        self.log = log.bind(session_id=session_id, workspace=plan.host)
+
+    # -- where things are ---------------------------------------------------------------
+
+    @property
+    def upper(self) -> Path:
+        return self.root / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def backup(self) -> Path:
+        return self.root / "backup"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest"
+
+    @property
+    def spec(self) -> WorkspaceSpec:
+        return WorkspaceSpec(path=self.plan.host, mode=self.plan.mode)
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
+
+    # -- life -----------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Create the upper and work dirs (the merged root takes the upper's owner and
+        mode) and take the manifest of the project, once."""
+        if self.plan.mode == "rw":
+            self._protected = await self._run(self.git_protected)
+        if self.plan.mode != "overlay":
+            return
+        await self._run(self._prepare_dirs)
+        if not self.manifest_path.exists():
+            manifest = await self._run(changes_fs.Manifest.take, Path(self.plan.host))
+            await self._run(manifest.save, self.manifest_path)
+
+    def _prepare_dirs(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for d in (self.upper, self.work):
+            d.mkdir(exist_ok=True)
+        uid, gid = self.upper_owner
+        os.chown(self.upper, uid, gid)
+        os.chmod(self.upper, os.stat(self.plan.host).st_mode & 0o7777)
+
+    def git_protected(self) -> list[str]:
+        """GIT_PROTECTED entries that exist (rw mode re-binds them read-only)."""
+        host = Path(self.plan.host)
+        return [rel for rel in GIT_PROTECTED if (host / rel).exists()]
+
+    def mount_list(self) -> list[Mount]:
+        """What a task mounts to see the workspace (the volume: ``ensure_volume`` first)."""
+        volume = self.volume if self.plan.mode == "overlay" else None
+        return mounts(self.plan, volume, self._protected)
+
+    async def ensure_volume(self) -> None:
+        if self.plan.mode != "overlay":
+            return
+        async with self._lock:
+            if self._volume_ready:
+                return
+            opts = (
+                f"lowerdir={self.plan.host},upperdir={self.upper},workdir={self.work},"
+                f"{OVERLAY_OPTIONS}"
+            )
+            await self.backend.create_volume(
+                VolumeRequest(
+                    name=self.volume,
+                    driver_opts={"type": "overlay", "device": "overlay", "o": opts},
+                    labels=self.labels,
+                )
+            )
+            self._volume_ready = True
+
+    async def unmount(self) -> None:
+        """Remove the volume (the engine unmounts the overlay); no container may use it."""
+        if self.plan.mode != "overlay":
+            return
+        async with self._lock:
+            try:
+                await self.backend.remove_volume(self.volume)
+            except EngineError as exc:
+                raise PolicyError(
+                    f"the workspace of session {self.session_id!r} is still mounted by a "
+                    f"container ({exc}); stop its tasks first"
+                ) from exc
+            self._volume_ready = False
+
+    # -- review ---------------------------------------------------------------------------
+
+    def _need_overlay(self, what: str) -> None:
+        if self.plan.mode != "overlay":
+            raise PolicyError(
+                f"{what}: the workspace of session {self.session_id!r} is mode "
+                f"{self.plan.mode!r}; only overlay workspaces keep changes to review"
+            )
+
+    async def changes(self) -> list[changes_fs.Change]:
+        self._need_overlay("changes")
+        found: list[changes_fs.Change] = await self._run(self._list)
+        return found
+
+    def _list(self) -> list[changes_fs.Change]:
+        manifest = changes_fs.Manifest.load(self.manifest_path)
+        return changes_fs.list_changes(Path(self.plan.host), self.upper, manifest)
+
+    async def diff(self) -> str:
+        self._need_overlay("diff")
+        return str(await self._run(self._diff))
+
+    def _diff(self) -> str:
+        return changes_fs.diff(Path(self.plan.host), self.upper, self._list())
+
+    async def apply(self, *, force: bool = False) -> changes_fs.ApplyResult:
+        """Write the non-ignored changes into the host tree (backed up, for undo)."""
+        self._need_overlay("apply")
+        await self.unmount()
+        result: changes_fs.ApplyResult = await self._run(self._apply, force)
+        return result
+
+    def _apply(self, force: bool) -> changes_fs.ApplyResult:
+        # The upper stays as it is: what was applied now equals the lower and drops out of
+        # the list, ignored entries (node_modules, .venv) keep serving the tasks, and an
+        # undo brings the changes back as pending. A later host edit of an applied file is
+        # shadowed by the upper's copy and shows as a conflict, never silently.
+        lower = Path(self.plan.host)
+        manifest = changes_fs.Manifest.load(self.manifest_path)
+        found = changes_fs.list_changes(lower, self.upper, manifest)
+        result = changes_fs.apply(
+            lower,
+            self.upper,
+            found,
+            self.backup,
+            owner=self.plan.owner,
+            force=force,
+            manifest=manifest,
+        )
+        self._retake_manifest()
+        return result
+
+    def _retake_manifest(self) -> None:
+        changes_fs.Manifest.take(Path(self.plan.host)).save(self.manifest_path)
+
+    async def undo(self, *, force: bool = False) -> changes_fs.UndoResult:
+        """Put back what the last apply overwrote, removed or created in the host tree."""
+        self._need_overlay("undo")
+        await self.unmount()
+        result: changes_fs.UndoResult = await self._run(self._undo, force)
+        return result
+
+    def _undo(self, force: bool) -> changes_fs.UndoResult:
+        result = changes_fs.undo(Path(self.plan.host), self.backup, force=force)
+        self._retake_manifest()
+        return result
+
+    async def has_changes(self) -> bool:
+        """Whether the upper holds anything at all (cheap: one directory read)."""
+        return bool(await self._run(_non_empty, self.upper))
+
+    async def discard(self) -> None:
+        """Drop every change (a fresh, empty upper) and every backup (no undo after it)."""
+        self._need_overlay("discard")
+        await self.unmount()
+        await self._run(self._discard)
+
+    def _discard(self) -> None:
+        mode = os.stat(self.plan.host).st_mode & 0o7777
+        changes_fs.discard(self.upper, self.work, self.backup, owner=self.upper_owner, mode=mode)
+        self._retake_manifest()
+
+    async def remove(self) -> None:
+        """Remove everything: the volume and the whole state dir of the workspace."""
+        await self.unmount()
+        await self._run(changes_fs.remove_workspace, self.root)
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "host": self.plan.host,
+                "container_path": self.plan.container_path,
+                "mode": self.plan.mode,
+                "owner": list(self.plan.owner),
+                "warning": self.plan.warning,
+                "volume": self.volume,
+                "upper_owner": list(self.upper_owner),
+                "ended_at": self.ended_at,
+            }
+        )
+
+    @staticmethod
+    def plan_from_json(data: dict[str, Any]) -> WorkspacePlan:
+        return WorkspacePlan(
+            host=data["host"],
+            container_path=data["container_path"],
+            mode=data["mode"],
+            owner=(int(data["owner"][0]), int(data["owner"][1])),
+            warning=data.get("warning"),
+        )
+
+
+def _non_empty(path: Path) -> bool:
+    try:
+        with os.scandir(path) as entries:
+            return any(True for _ in entries)
+    except FileNotFoundError:
+        return False
