@@ -16,7 +16,7 @@ from typing import Literal
 from supervisor.core.errors import SupervisorError
 from supervisor.core.logs import get_logger
 from supervisor.core.stall import StallDetector, Verdict, looks_like_prompt
-from supervisor.engine import procfs
+from supervisor.engine import gvisor, procfs
 from supervisor.engine.base import Backend
 from supervisor.runtime.task.ports import Watchable
 from supervisor.state.output import read_tail
@@ -26,7 +26,7 @@ log = get_logger("supervisor.core.stall")
 _TICK_S = 0.2
 
 
-Mode = Literal["process_state", "heuristic", "pending"]
+Mode = Literal["process_state", "sentry_state", "heuristic", "pending"]
 
 
 @dataclass
@@ -35,6 +35,8 @@ class _Watched:
     detector: StallDetector
     mode: Mode
     init_pid: int | None = None
+    #: gVisor: the sandbox's state root (``runsc debug`` needs it).
+    runsc_root: str | None = None
     seen_output: float = 0.0
     failures: int = 0
 
@@ -52,6 +54,8 @@ class StallWatcher:
         self._use_procfs = (
             (backend.local and procfs.procfs_usable()) if use_procfs is None else use_procfs
         )
+        #: gVisor's own view of its tasks, where runsc runs on this host and we may ask it.
+        self._runsc = gvisor.runsc_binary() if self._use_procfs else None
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -60,7 +64,11 @@ class StallWatcher:
         if task.stall_after_s is None:
             return
         mode: Mode = "pending"
-        if not self._use_procfs or task.runtime != "runc":
+        if (
+            not self._use_procfs
+            or task.runtime not in ("runc", "runsc")
+            or (task.runtime == "runsc" and self._runsc is None)
+        ):
             mode = "heuristic"
         self._watched[task.task_id] = _Watched(
             task, StallDetector(task.stall_after_s, self._now()), mode
@@ -129,6 +137,9 @@ class StallWatcher:
         procs = [w for w in due if w.mode == "process_state" and w.init_pid]
         if procs:
             await self._process_state(procs)
+        sentries = [w for w in due if w.mode == "sentry_state" and w.runsc_root]
+        if sentries:
+            await asyncio.gather(*(self._sentry_state(w) for w in sentries))
         heuristic = [w for w in due if w.mode == "heuristic"]
         if heuristic:
             await asyncio.gather(*(self._heuristic(w) for w in heuristic))
@@ -137,25 +148,43 @@ class StallWatcher:
         """One thread hop reads every task's process state; each detector judges its own."""
         loop = asyncio.get_running_loop()
         probes = await loop.run_in_executor(self._io, _probe_all, [w.init_pid for w in procs])
-        now = self._now()
         for w, probe in zip(procs, probes, strict=True):
-            if not probe.ok:
-                w.failures += 1
-                if w.failures >= 3:
-                    log.info("stall_signal_fallback", task_id=w.task.task_id, why=probe.why)
-                    w.mode = "heuristic"
-                continue
-            verdict = w.detector.observe_process(now, blocked_on_stdin=probe.blocked)
-            if verdict is not None:
-                await self._report(w, verdict)
+            await self._observe(w, probe)
+
+    async def _sentry_state(self, w: _Watched) -> None:
+        """gVisor: ask the sandbox's sentry (``runsc debug``) what its tasks wait in."""
+        assert self._runsc is not None
+        assert w.runsc_root is not None
+        cid = w.task.container_id
+        if cid is None:
+            return
+        loop = asyncio.get_running_loop()
+        probe = await loop.run_in_executor(self._io, gvisor.probe, self._runsc, w.runsc_root, cid)
+        await self._observe(w, probe)
+
+    async def _observe(self, w: _Watched, probe: procfs.StdinProbe) -> None:
+        if not probe.ok:
+            w.failures += 1
+            if w.failures >= 3:
+                log.info("stall_signal_fallback", task_id=w.task.task_id, why=probe.why)
+                w.mode = "heuristic"
+            return
+        verdict = w.detector.observe_process(self._now(), blocked_on_stdin=probe.blocked)
+        if verdict is not None:
+            await self._report(w, verdict)
 
     async def _resolve_mode(self, w: _Watched) -> None:
         cid = w.task.container_id
         if cid is None:
             return
+        loop = asyncio.get_running_loop()
+        if w.task.runtime == "runsc":
+            root = await loop.run_in_executor(self._io, gvisor.sandbox_root, cid)
+            w.runsc_root = root
+            w.mode = "sentry_state" if root is not None else "heuristic"
+            return
         # Straight from the cgroup: no engine round trip (the engine is slowest exactly when
         # many tasks start at once).
-        loop = asyncio.get_running_loop()
         pid = await loop.run_in_executor(self._io, _init_pid_local, cid)
         if pid is not None:
             w.init_pid = pid
