@@ -565,9 +565,8 @@ async def close_writer(writer: asyncio.StreamWriter) -> None:
 
 async def first_output(session: Session, task_id: str, timeout_s: float = 60.0) -> bool:
     """Wait (without polling) until the task's output file has its first byte."""
-    runner = session._runner(task_id)
-    await runner.wait_output(0, timeout_s)
-    return runner._out.file_size > 0
+    await session.wait_output(task_id, 0, timeout_s)
+    return (await session.get(task_id)).output_bytes > 0
 
 
 async def wait_all_running(
@@ -595,7 +594,7 @@ async def wait_done(session: Session, task_ids: Iterable[str], timeout_s: float 
 
     async def one(tid: str) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(session._runner(tid).done.wait(), timeout_s)
+            await asyncio.wait_for(session.task_runner(tid).done.wait(), timeout_s)
 
     await asyncio.gather(*(one(t) for t in task_ids))
 

@@ -3,7 +3,6 @@ pool, each interleaved (ABAB) with raw docker-py create + attach + start -> firs
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from bench.common import Ctx, Progress, Result, first_output, offload, row, say, wait_done
@@ -28,14 +27,9 @@ async def _ours(session: Session, policy: str) -> float:
     return t1 - t0
 
 
-async def _refilled(session: Session, policy: str, timeout_s: float = 30.0) -> None:
-    pool = session._pools[policy]
-    deadline = time.monotonic() + timeout_s
-    while pool.size < pool.target() and time.monotonic() < deadline:
-        await pool.wait_filled()
-        if pool.size < pool.target():
-            pool.refill()
-            await asyncio.sleep(0.01)
+async def _refilled(session: Session, policy: str) -> None:
+    """The pool back to its size before the next sample (outside the timed part)."""
+    await session.prewarm(policy)
 
 
 async def run(ctx: Ctx) -> Result:

@@ -47,13 +47,13 @@ async def _ours(session: Session, size: int, content: str) -> dict[str, float]:
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     info = await session.start(TaskSpec(command=command(size, content), policy="bench"))
-    runner = session._runner(info.task_id)
+    runner = session.task_runner(info.task_id)
     await runner.wait_output(0, 120)
     t_first = time.perf_counter()
     # Poll (5 ms) rather than wait_output: a waiter woken by every written chunk would add
     # its own cost to the capture loop it measures.
     deadline = time.monotonic() + 1800
-    while runner._out.file_size < size and not runner.ended and time.monotonic() < deadline:
+    while runner.info().output_bytes < size and not runner.ended and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
     t_last = time.perf_counter()
     cpu = time.process_time() - cpu0

@@ -11,6 +11,9 @@ LABEL_OWNER = "io.sbx.owner"
 #: The session and task a container belongs to.
 LABEL_SESSION = "io.sbx.session"
 LABEL_TASK = "io.sbx.task"
+#: ``background``, ``monitor``, or ``pooled`` (made for a warm pool; it may have become a
+#: task since: the task's record binds it).
+LABEL_KIND = "io.sbx.kind"
 
 
 def container_labels(owner: dict[str, str], **fields: Any) -> dict[str, str]:

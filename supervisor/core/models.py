@@ -25,6 +25,9 @@ MAX_ARG_STRLEN = 32 * PAGE_SIZE
 #: *inside* the container, so the output file keeps the exact order the command wrote in
 #: (two engine-side pipes would let stdout and stderr overtake each other).
 MERGE_PREFIX = "exec 2>&1; "
+#: A warm container's exit code when its stdin ended before a command arrived (the attach
+#: connection dropped with a crash): re-adoption knows the command never ran.
+POOL_NO_COMMAND = 199
 #: Largest command, in UTF-8 bytes: what fits in that one argv string beside the prefix and
 #: the NUL, less the newline a warm-pool container's shell adds after the command's last
 #: line before it execs the same ``sh -c`` (one limit for cold and pooled tasks).

@@ -233,7 +233,13 @@ class Policy(_Model):
     containers): ``nobody`` (uid 65534), ``root`` (runsc only: its kernel has its own root
     user) or ``refuse`` (an error). A workspace owned by a user always runs as that user."""
     warm_pool: Annotated[int, Field(ge=0, le=64)] = 0
-    """Containers kept started and waiting for a command, per session (0: off)."""
+    """Containers kept started and waiting for a command even when nothing starts, shared
+    by every session whose tasks mount no workspace and use no session network (0: none)."""
+    warm_pool_max: Annotated[int, Field(ge=0, le=256)] = 0
+    """Most ready containers a pool of this policy grows to when tasks start often (the
+    size follows the start rate of the last 30 s); 0 turns warm starts off."""
+    warm_pool_idle_s: Annotated[float, Field(ge=1, le=86_400)] = 300.0
+    """A ready container unused this long is removed (down to ``warm_pool``)."""
 
     @field_validator("working_dir")
     @classmethod
@@ -273,6 +279,9 @@ class Policy(_Model):
             paths.append(self.workspace.container_path)
         if len(set(paths)) != len(paths):
             raise ValueError(f"mount paths must be distinct, got {paths}")
+        if self.warm_pool > self.warm_pool_max:
+            # ``warm_pool = N`` alone (the older spelling) keeps N and grows no further.
+            object.__setattr__(self, "warm_pool_max", self.warm_pool)
         if self.env.fixed.get("PATH") is None:
             object.__setattr__(
                 self,

@@ -20,6 +20,7 @@ from supervisor.core.errors import (
 )
 from supervisor.core.events import BaseEvent
 from supervisor.core.events import SessionEnded as SessionEndedEvent
+from supervisor.core.faults import crash_point
 from supervisor.core.ids import new_task_id
 from supervisor.core.logs import get_logger
 from supervisor.core.models import Kind, OutputSlice, PatternMatch, TaskInfo, TaskSpec
@@ -28,13 +29,14 @@ from supervisor.core.resolve import Effective, container_request, resolve
 from supervisor.core.scan import compile_pattern
 from supervisor.core.task_state import TaskIdentity, TaskRecord, TaskState
 from supervisor.core.validation import spec_error
-from supervisor.runtime.pool import PoolPorts, Pools
+from supervisor.runtime.pool import SHARED, PoolPorts, WarmPool, eligible
 from supervisor.runtime.session_end import stop_all, store_end
 from supervisor.runtime.session_ports import (
     SessionEvents,
     SessionServices,
     SessionTaskPorts,
     network_name,
+    task_identity,
     task_request,
 )
 from supervisor.runtime.task.ports import TaskPorts
@@ -75,16 +77,6 @@ class Session:
         self._ended = False
         self._ending: asyncio.Task[None] | None = None
         self._task_ports = SessionTaskPorts(services, session_id, workspace)
-        self._pool_ports = PoolPorts(
-            backend=services.backend,
-            check_runtime=services.check_runtime,
-            check_image=services.check_image,
-            new_task_id=self.unique_task_id,
-            build_request=self.build_request,
-            busy=self.running_count,
-            prepare=self._task_ports.prepare,
-        )
-        self._pools = Pools(self._pool_ports, session_id)
         #: Digests of the API tokens minted for this session (the daemon persists them).
         self.token_digests: list[str] = []
         self.log = log.bind(session_id=session_id)
@@ -130,7 +122,7 @@ class Session:
     def owns(self, task_id: str) -> bool:
         """Whether a container labeled with ``task_id`` belongs to this session (a task, or a
         warm container waiting in a pool)."""
-        return task_id in self._runners or self._pools.holds(task_id)
+        return task_id in self._runners
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -166,7 +158,8 @@ class Session:
 
     async def _launch(self, spec: TaskSpec, policy: Policy, eff: Effective) -> TaskInfo:
         await self._svc.ensure_engine()
-        warm = self._pools.take(spec, policy)
+        pool = self._pool(policy) if eligible(spec, policy) else None
+        warm = pool.take() if pool is not None else None
         task_id = warm.task_id if warm is not None else await self.unique_task_id()
         request = self.build_request(task_id, spec.command, eff, spec.kind)
         ident = self._identity(task_id, spec, eff)
@@ -177,9 +170,10 @@ class Session:
             await self._svc.check_state_space()
             await self._task_ports.persist("intent", runner.record("intent"))
         except BaseException:
-            if warm is not None:
-                await self._pools.get(policy).discard(warm)
+            if pool is not None and warm is not None:
+                await pool.discard(warm)
             raise
+        crash_point("pool_bound" if warm is not None else "intent")
         self._runners[task_id] = runner
         self._spawn(runner.run(), task_id)
         return runner.info()
@@ -190,16 +184,7 @@ class Session:
         task.add_done_callback(self._tasks.discard)
 
     def _identity(self, task_id: str, spec: TaskSpec, eff: Effective) -> TaskIdentity:
-        return TaskIdentity(
-            task_id=task_id,
-            session_id=self.session_id,
-            spec=spec,
-            policy=eff.policy,
-            output_path=str(self.dir / "tasks" / f"{task_id}.output"),
-            persistent=eff.persistent,
-            timeout_ms=eff.timeout_ms,
-            stdin=eff.stdin,
-        )
+        return task_identity(self.session_id, self.dir, task_id, spec, eff)
 
     def _ports(self) -> TaskPorts:
         svc = self._svc
@@ -223,18 +208,39 @@ class Session:
             self._svc, self.session_id, self.workspace, task_id, command, eff, kind=kind
         )
 
+    def _pool(self, policy: Policy) -> WarmPool:
+        """The pool this session's tasks of ``policy`` take from: the shared one unless
+        the container names this session (its workspace, its network)."""
+        shared = self.workspace is None and policy.network == "none"
+        scope = SHARED if shared else self.session_id
+        return self._svc.pools.get(policy, scope, lambda: self._pool_ports(shared))
+
+    def _pool_ports(self, shared: bool) -> PoolPorts:
+        svc = self._svc
+        if shared:
+            return svc.shared_pool_ports()
+        return PoolPorts(
+            backend=svc.backend,
+            check_runtime=svc.check_runtime,
+            check_image=svc.check_image,
+            prepare=self._task_ports.prepare,
+            new_task_id=self.unique_task_id,
+            build_request=self.build_request,
+        )
+
     async def prewarm(self, policy_name: str = "default") -> int:
-        """Fill this session's warm pool for a policy now (its ``warm_pool`` size); returns
-        how many containers are ready. Tasks then skip container create and start."""
+        """Fill the warm pool this session's tasks of a policy take from, now, to the
+        policy's ``warm_pool`` (at least one); returns how many containers are ready."""
         self._check_open()
         policy = self._svc.policies.get(policy_name)
-        if policy.warm_pool <= 0:
+        if policy.warm_pool_max <= 0:
             raise PolicyError(
-                f"policy {policy_name!r} has warm_pool = 0; set warm_pool in its file to use a pool"
+                f"policy {policy_name!r} has warm_pool_max = 0 (warm starts are off); set "
+                "warm_pool or warm_pool_max in its file to use a pool"
             )
         await self._svc.ensure_engine()
-        pool = self._pools.get(policy)
-        pool.refill()
+        pool = self._pool(policy)
+        pool.prefill(max(policy.warm_pool, 1))
         await pool.wait_filled()
         return pool.size
 
@@ -388,8 +394,8 @@ class Session:
         await stop_all(
             list(self._runners.values()), "user_stopped", timeout_s=self._svc.end_timeout_s
         )
-        await self._pools.aclose()
-        self._pools = Pools(self._pool_ports, self.session_id)
+        # The session's own warm containers mount the overlay too.
+        await self._svc.pools.close_scope(self.session_id)
 
     # -- events ---------------------------------------------------------------------
 
@@ -419,7 +425,7 @@ class Session:
         await asyncio.shield(self._ending)
 
     async def _end(self) -> None:
-        await self._pools.aclose()
+        await self._svc.pools.close_scope(self.session_id)
         stopped, late = await stop_all(
             list(self._runners.values()), "session_ended", timeout_s=self._svc.end_timeout_s
         )
@@ -439,8 +445,8 @@ class Session:
 
     async def release(self) -> None:
         """Supervisor shutdown without stopping tasks: let go of containers, keep records
-        (idle pool containers are removed: they are not tasks)."""
-        await self._pools.aclose()
+        (its own idle pool containers are removed: they are not tasks)."""
+        await self._svc.pools.close_scope(self.session_id)
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

@@ -14,15 +14,21 @@ from structlog.stdlib import BoundLogger
 from supervisor.core.container import ContainerRequest
 from supervisor.core.errors import SupervisorError
 from supervisor.core.events import BaseEvent, parse_event
+from supervisor.core.models import TaskSpec
 from supervisor.core.policy import Policy, PolicySet
 from supervisor.core.resolve import Effective, container_request, workspace_mount
-from supervisor.core.task_state import Stage, TaskRecord
+from supervisor.core.task_state import Stage, TaskIdentity, TaskRecord
 from supervisor.core.workspace import task_user
 from supervisor.engine.base import Backend
+from supervisor.runtime.pool import PoolPorts, Pools
 from supervisor.runtime.task.ports import StallPort
 from supervisor.runtime.workspace import Workspace
 from supervisor.state.eventlog import EventLog
 from supervisor.state.store import StateStore
+
+
+def _no_shared() -> PoolPorts:
+    raise SupervisorError("this supervisor keeps no shared warm pools")
 
 
 @dataclass
@@ -45,6 +51,10 @@ class SessionServices:
     live_restore: Callable[[], bool]
     on_ended: Callable[[str], Awaitable[None]]
     """Called with the session id once the session has ended."""
+    pools: Pools = field(default_factory=Pools)
+    """Every warm pool of the supervisor (shared ones, and each session's own)."""
+    shared_pool_ports: Callable[[], PoolPorts] = field(default=_no_shared)
+    """What the pools every session shares need (the supervisor's checks and task ids)."""
     stalls: StallPort | None = None
     search_io: Executor | None = None
     workspace_roots: Sequence[Path] = field(default_factory=list)
@@ -172,4 +182,20 @@ def task_request(
         mounts=mounts,
         user=user,
         working_dir=working_dir,
+    )
+
+
+def task_identity(
+    session_id: str, session_dir: Path, task_id: str, spec: TaskSpec, eff: Effective
+) -> TaskIdentity:
+    """Who a task of a session is: its ids, spec, settings and output file."""
+    return TaskIdentity(
+        task_id=task_id,
+        session_id=session_id,
+        spec=spec,
+        policy=eff.policy,
+        output_path=str(session_dir / "tasks" / f"{task_id}.output"),
+        persistent=eff.persistent,
+        timeout_ms=eff.timeout_ms,
+        stdin=eff.stdin,
     )

@@ -21,7 +21,7 @@ from supervisor.core.errors import (
     StateStorageError,
     SupervisorError,
 )
-from supervisor.core.ids import check_session_id, new_session_id
+from supervisor.core.ids import check_session_id, new_session_id, new_task_id
 from supervisor.core.labels import container_labels
 from supervisor.core.logs import get_logger
 from supervisor.core.paths import default_state_dir
@@ -31,12 +31,13 @@ from supervisor.core.workspace import WorkspaceSpec
 from supervisor.engine.base import Backend
 from supervisor.runtime.engine_checks import EngineChecks
 from supervisor.runtime.ownership import lock_state_dir, owner_labels
+from supervisor.runtime.pool import PoolPorts, Pools, shared_pool_ports
 from supervisor.runtime.reconcile import Reconciler
 from supervisor.runtime.session import Session
 from supervisor.runtime.session_ports import SessionServices
 from supervisor.runtime.stall_watch import StallWatcher
 from supervisor.runtime.workspace import Workspace
-from supervisor.runtime.workspaces import RETENTION_S, Workspaces
+from supervisor.runtime.workspaces import RETENTION_S, Workspaces, same_spec
 from supervisor.state.eventlog import EventLog
 from supervisor.state.sinks import Sink
 from supervisor.state.store import StateStore
@@ -105,6 +106,8 @@ class Supervisor:
         self._lock_fd: int | None = None
         self._checks: EngineChecks | None = None
         self._workspaces: Workspaces | None = None
+        #: Every warm pool: shared by sessions, or a session's own.
+        self.pools = Pools()
         self._started = False
         self._closed = False
         self._owner_labels: dict[str, str] = {}
@@ -172,7 +175,7 @@ class Supervisor:
             instance_id=instance,
             state_dir=self.state_dir,
             grace_s=self.orphan_grace_s,
-            owns=lambda task_id: any(s.owns(task_id) for s in self._sessions.values()),
+            owns=self._owns,
             engine_ok=lambda: self.engine_ok,
             reap_more=lambda: self.workspaces.reap(list(self._sessions)),
             sweep_orphans=self.sweep_orphans,
@@ -207,6 +210,7 @@ class Supervisor:
             await asyncio.gather(*(s.release() for s in sessions), return_exceptions=True)
         else:
             await asyncio.gather(*(s.release() for s in sessions), return_exceptions=True)
+        await self.pools.aclose()
         if self._reconciler is not None:
             self._reconciler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -336,7 +340,7 @@ class Supervisor:
             if session is not None:
                 _same_workspace(session, workspace)
             else:
-                ws = await self._session_workspace(sid, workspace, policy)
+                ws = await self.workspaces.for_session(sid, workspace, self.policies.get(policy))
                 existing = await self.store.get_session(sid)
                 created = existing[0] if existing else time.time()
                 events = EventLog(
@@ -376,27 +380,6 @@ class Supervisor:
             raise SupervisorError("supervisor is not started")
         return self._workspaces
 
-    async def _session_workspace(
-        self, sid: str, spec: WorkspaceSpec | None, policy: str
-    ) -> Workspace | None:
-        """The workspace of a session being opened: the one it had (a restart, or changes
-        kept after it ended), or a new one."""
-        known = self.workspaces.get(sid)
-        if known is not None:
-            if spec is not None and not _same_spec(known.spec, spec):
-                raise PolicyError(
-                    f"session {sid!r} keeps workspace {known.plan.host} ({known.plan.mode}) "
-                    "with changes not yet applied or discarded; use another session id, or "
-                    "apply or discard them first"
-                )
-            if known.ended_at is not None:
-                known.ended_at = None
-                await self.workspaces.save(known)
-            return known
-        if spec is None:
-            return None
-        return await self.workspaces.open(sid, spec, self.policies.get(policy))
-
     def workspace(self, session_id: str) -> Workspace:
         """The workspace of a session, open or ended with changes kept; SessionNotFound."""
         ws = self.workspaces.get(session_id)
@@ -420,15 +403,38 @@ class Supervisor:
             find_container=self.find_container,
             live_restore=lambda: self.live_restore,
             on_ended=self._forget,
+            pools=self.pools,
+            shared_pool_ports=self._shared_pool_ports,
             stalls=self.stall_watcher,
             search_io=self.search_io,
             workspace_roots=self.workspace_roots,
             end_timeout_s=self.end_timeout_s,
         )
 
+    def _shared_pool_ports(self) -> PoolPorts:
+        """The pools every session shares: containers that name no session."""
+        return shared_pool_ports(
+            backend=self.backend,
+            check_runtime=self.check_runtime,
+            check_image=self.check_image,
+            new_task_id=self._new_task_id,
+            labels=self.container_labels,
+            workspace_roots=self.workspace_roots,
+        )
 
-def _same_spec(a: WorkspaceSpec, b: WorkspaceSpec) -> bool:
-    return os.path.realpath(a.path) == os.path.realpath(b.path) and a.mode == b.mode
+    async def _new_task_id(self) -> str:
+        """A task id nobody has: no session's task, no pooled container, no record."""
+        while True:
+            task_id = new_task_id()
+            if self._owns(task_id):
+                continue
+            if not await self.store.task_exists(task_id):
+                return task_id
+
+    def _owns(self, task_id: str) -> bool:
+        """Whether a container labelled with ``task_id`` is ours to keep: a session's task,
+        or a warm container waiting in a pool."""
+        return self.pools.holds(task_id) or any(s.owns(task_id) for s in self._sessions.values())
 
 
 def _same_workspace(session: Session, spec: WorkspaceSpec | None) -> None:
@@ -436,7 +442,7 @@ def _same_workspace(session: Session, spec: WorkspaceSpec | None) -> None:
     if spec is None:
         return
     ws = session.workspace
-    if ws is None or not _same_spec(ws.spec, spec):
+    if ws is None or not same_spec(ws.spec, spec):
         have = "none" if ws is None else f"{ws.plan.host} ({ws.plan.mode})"
         raise PolicyError(
             f"session {session.session_id!r} is open with workspace {have}; a session's "

@@ -42,6 +42,11 @@ def _inspect(path: str) -> tuple[str, tuple[int, int]]:
     return real, (st.st_uid, st.st_gid)
 
 
+def same_spec(a: WorkspaceSpec, b: WorkspaceSpec) -> bool:
+    """The same directory (after realpath) in the same mode."""
+    return os.path.realpath(a.path) == os.path.realpath(b.path) and a.mode == b.mode
+
+
 class Workspaces:
     """The registry; owned by the Supervisor."""
 
@@ -78,6 +83,27 @@ class Workspaces:
         return await asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
 
     # -- opening ------------------------------------------------------------------------
+
+    async def for_session(
+        self, sid: str, spec: WorkspaceSpec | None, policy: Policy
+    ) -> Workspace | None:
+        """The workspace of a session being opened: the one it had (a restart, or changes
+        kept after it ended), or a new one (None: it has none)."""
+        known = self.get(sid)
+        if known is not None:
+            if spec is not None and not same_spec(known.spec, spec):
+                raise PolicyError(
+                    f"session {sid!r} keeps workspace {known.plan.host} ({known.plan.mode}) "
+                    "with changes not yet applied or discarded; use another session id, or "
+                    "apply or discard them first"
+                )
+            if known.ended_at is not None:
+                known.ended_at = None
+                await self.save(known)
+            return known
+        if spec is None:
+            return None
+        return await self.open(sid, spec, policy)
 
     async def open(self, session_id: str, spec: WorkspaceSpec, policy: Policy) -> Workspace:
         """A validated, prepared workspace for a new session (PolicyError when refused)."""

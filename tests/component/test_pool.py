@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import PolicyError, Session, TaskSpec
+from supervisor import PolicyError, Session, Supervisor, TaskSpec
 from supervisor.engine.fake import Exit, FakeEngine, Out, ReadLine, Script, UntilKilled
 from tests.component.conftest import container, removed, stored_events, types_of
 
@@ -72,41 +72,56 @@ async def test_warm_task_with_closed_stdin_gets_eof_after_the_command(
     assert container(engine, task.task_id).stdin_closed
 
 
-@pytest.mark.parametrize(
-    "fields", [{"env": {"GREETING": "hi"}}, {"limits": {"memory_mb": 64}}], ids=["env", "limits"]
-)
-async def test_env_or_limits_fall_back_to_a_cold_start(
-    engine: FakeEngine, session: Session, fields: dict[str, object]
-) -> None:
+async def test_limits_fall_back_to_a_cold_start(engine: FakeEngine, session: Session) -> None:
+    """Limits are decided when a container is created: a warm one cannot take them."""
     engine.script("greet", Script(Out("cold\n"), Exit(0)))
     await session.prewarm("warm")
     ready = pooled(engine)
-    task = await session.start(warm("greet", **fields))
+    task = await session.start(warm("greet", limits={"memory_mb": 64}))
     final = await session.wait(task.task_id, timeout_s=5)
     assert (final.status, final.exit_code) == ("completed", 0)
     assert Path(final.output_path).read_bytes() == b"cold\n"
     c = container(engine, task.task_id)
     assert c.name not in ready
     assert c.request.command == ["/bin/sh", "-c", "exec 2>&1; greet"]
-    assert bytes(c.stdin) == b""
-    if "env" in fields:
-        assert c.request.env["GREETING"] == "hi"
-    else:
-        assert c.request.memory_bytes == 64 * 1024 * 1024
-    # The pool was left alone.
-    assert pooled(engine) == ready
+    assert c.request.memory_bytes == 64 * 1024 * 1024
+    assert pooled(engine) == ready  # the pool was left alone
 
 
-async def test_prewarm_needs_a_pool_and_session_end_removes_the_pool(
+async def test_env_travels_to_a_warm_container_over_stdin(
     engine: FakeEngine, session: Session
 ) -> None:
-    with pytest.raises(PolicyError, match="warm_pool = 0"):
+    engine.script("greet", Script(Out("warm\n"), Exit(0)))
+    await session.prewarm("warm")
+    ready = pooled(engine)
+    value = 'it\'s "quoted"\nand two lines'
+    task = await session.start(warm("greet", env={"GREETING": "hi", "ODD": value}))
+    final = await session.wait(task.task_id, timeout_s=5)
+    assert (final.status, final.exit_code) == ("completed", 0)
+    c = container(engine, task.task_id)
+    assert c.name in ready  # a warm start
+    assert c.exported == {"GREETING": "hi", "ODD": value}
+
+
+async def test_the_shared_pool_outlives_a_session_and_goes_with_the_supervisor(
+    engine: FakeEngine, sup: Supervisor, session: Session
+) -> None:
+    with pytest.raises(PolicyError, match="warm_pool_max = 0"):
         await session.prewarm("fake")
     engine.script("serve", Script(UntilKilled()))
     await session.prewarm("warm")
     task = await session.start(warm("serve"))
-    await engine.changes.until(lambda: len(pooled(engine)) == 2)
+    # The task's container (made for the pool) and the two ready again after the refill.
+    await engine.changes.until(lambda: len(pooled(engine)) == 3)
     await session.end()
-    assert all(c.removed for c in engine.containers)
     info = await session.get(task.task_id)
     assert (info.status, info.reason) == ("killed", "session_ended")
+    # The task's container went with the session; the shared pool's wait for the next one.
+    assert container(engine, task.task_id).removed
+    assert len(pooled(engine)) == 2
+    other = await sup.open_session("next")
+    taken = await other.start(warm("serve"))
+    assert container(engine, taken.task_id).name in {c.name for c in engine.containers}
+    await other.end()
+    await sup.aclose()
+    assert all(c.removed for c in engine.containers)

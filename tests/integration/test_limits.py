@@ -30,9 +30,9 @@ def command_of(size: int, marker: str) -> str:
     return command
 
 
-def pooled_ids(session: str) -> set[str]:
+def pooled_ids(sup: Supervisor) -> set[str]:
     rows = docker.APIClient(version="auto").containers(
-        all=True, filters={"label": [f"io.sbx.session={session}", "io.sbx.kind=pooled"]}
+        all=True, filters={"label": [f"io.sbx.owner={sup.instance_id}", "io.sbx.kind=pooled"]}
     )
     return {r["Id"] for r in rows}
 
@@ -61,12 +61,12 @@ async def test_a_command_exactly_at_the_limit_runs_in_a_warm_container(sup: Supe
     ``sh -c`` with one more newline: the one limit covers it too."""
     session = await sup.open_session("limits-warm")
     assert await session.prewarm("warm") == 2
-    warm = pooled_ids("limits-warm")
+    warm = pooled_ids(sup)
     info = await session.start(
         TaskSpec(command=command_of(MAX_COMMAND_BYTES, "warm-ok"), policy="warm")
     )
-    await until(lambda: session._runner(info.task_id).container_id is not None)
-    assert session._runner(info.task_id).container_id in warm  # it took a pooled container
+    await until(lambda: session.task_runner(info.task_id).container_id is not None)
+    assert session.task_runner(info.task_id).container_id in warm  # it took a pooled container
     final = await session.wait(info.task_id, timeout_s=60)
     assert (final.status, final.exit_code, final.error) == ("completed", 0, None)
     assert Path(final.output_path).read_bytes() == b"warm-ok\n"
@@ -111,7 +111,7 @@ def test_over_http_the_limits_answer_422_naming_the_field(
             body = '{"command": "ls", "policy": "fast", "env": {"FOO": "\\ud800"}}'
             r = admin.post(tasks, content=body, headers={"content-type": "application/json"})
             assert r.status_code == 422, r.text
-            assert "env.FOO: contains a lone surrogate" in r.json()["error"]["message"]
+            assert "env.FOO: contains a lone" in r.json()["error"]["message"]
             r = admin.post(tasks, json={"command": "echo fine", "policy": "fast"})
             assert r.status_code == 201, r.text
     finally:

@@ -40,13 +40,14 @@ def client(host: str | None = None) -> Any:
 
 
 def owned(sup: Supervisor, host: str | None = None) -> list[dict[str, Any]]:
-    """Every container (any state) this supervisor instance labeled."""
+    """Every container (any state) this supervisor instance labeled, but those waiting in
+    its warm pools (they belong to no session, and stay until the supervisor closes)."""
     c = client(host)
     try:
         rows: list[dict[str, Any]] = c.containers(
             all=True, filters={"label": f"io.sbx.owner={sup.instance_id}"}
         )
-        return rows
+        return [r for r in rows if not sup.pools.holds(r["Labels"].get("io.sbx.task", ""))]
     finally:
         c.close()
 
@@ -88,7 +89,10 @@ def test_networked_is_default_plus_egress() -> None:
     default = load_policy_file(POLICIES / "default.toml").model_dump()
     networked = load_policy_file(POLICIES / "networked.toml").model_dump()
     assert networked.pop("network") == "bridge" and default.pop("network") == "none"
-    for key in ("name", "description"):
+    # Warm containers of a networked task join its session's network: kept per session,
+    # made on demand only (no floor).
+    assert (networked["warm_pool"], default["warm_pool"]) == (0, 2)
+    for key in ("name", "description", "warm_pool", "warm_pool_max"):
         networked.pop(key)
         default.pop(key)
     assert networked == default
@@ -592,7 +596,8 @@ async def test_image_id_pin_runs_only_the_pinned_image(sup: Supervisor, policies
 
 
 def creates_since(engine: PrivateEngine, since: float) -> list[dict[str, Any]]:
-    """Container ``create`` events of the engine since ``since`` (probe containers excluded)."""
+    """Container ``create`` events of the engine since ``since`` (probe and warm-pool
+    containers excluded)."""
     c = engine.client()
     try:
         events = c.events(
@@ -601,7 +606,12 @@ def creates_since(engine: PrivateEngine, since: float) -> list[dict[str, Any]]:
             filters={"type": "container", "event": "create"},
             decode=True,
         )
-        return [e for e in events if "io.sbx.probe" not in e["Actor"]["Attributes"]]
+        return [
+            e
+            for e in events
+            if "io.sbx.probe" not in e["Actor"]["Attributes"]
+            and e["Actor"]["Attributes"].get("io.sbx.kind") != "pooled"
+        ]
     finally:
         c.close()
 
@@ -646,11 +656,14 @@ async def _untrusted_fails_closed(
             evs = [e for e in sink.events if e.task_id == info.task_id]
             assert [e.type for e in evs] == ["task.failed"]
             assert evs[0].error_code == "runtime_unavailable"  # type: ignore[attr-defined]
-        c = engine.client()
-        try:
-            assert c.containers(all=True) == []
-        finally:
-            c.close()
+        # Only the default policy's warm pool waits for the next task (the supervisor's, not
+        # the session's); it goes with the supervisor.
+        assert owned(sup, engine.docker_host) == []
+    c = engine.client()
+    try:
+        assert c.containers(all=True) == []
+    finally:
+        c.close()
 
 
 async def test_untrusted_without_runsc_fails_closed(

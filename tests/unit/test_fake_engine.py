@@ -199,11 +199,11 @@ async def test_the_warm_pool_loop_runs_the_command_written_to_stdin(
     assert (await backend.wait(cid)).exit_code == 4
 
 
-async def test_the_pool_loop_exits_125_on_eof_before_the_sentinel(backend: FakeBackend) -> None:
+async def test_the_pool_loop_exits_199_on_eof_before_the_sentinel(backend: FakeBackend) -> None:
     cid, stream = await launch(backend, pool_script("s"))
     await stream.write(b"echo x\n")
     await stream.close_stdin()
-    assert (await backend.wait(cid)).exit_code == 125
+    assert (await backend.wait(cid)).exit_code == 199
 
 
 async def test_a_broken_script_ends_with_255_and_says_why(

@@ -141,6 +141,22 @@ BAD_VALUES: list[tuple[str, str, str, str, object, str]] = [
     ("Policy", "workspace", "workspace = 1", "workspace", 1, "valid dictionary"),
     ("Policy", "warm_pool", "warm_pool = 65", "warm_pool", 65, "less than or equal to 64"),
     (
+        "Policy",
+        "warm_pool_max",
+        "warm_pool_max = 257",
+        "warm_pool_max",
+        257,
+        "less than or equal to 256",
+    ),
+    (
+        "Policy",
+        "warm_pool_idle_s",
+        "warm_pool_idle_s = 0",
+        "warm_pool_idle_s",
+        0,
+        "greater than or equal to 1",
+    ),
+    (
         "Limits",
         "memory_mb",
         "[limits]\nmemory_mb = 5",

@@ -4,12 +4,14 @@ the json-file log its output goes through (the engine's line-by-line log copier)
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from supervisor.core.container import ContainerRequest, ContainerState, Segment
 from supervisor.core.demux import STDERR, STDOUT
+from supervisor.core.models import POOL_NO_COMMAND
 from supervisor.core.resync import COPIER_CHUNK, engine_log_bytes
 from supervisor.engine.fake.script import (
     Clock,
@@ -34,6 +36,10 @@ SIGNAL_EXIT = {"SIGTERM": 143, "SIGKILL": 137}
 def rfc3339_ns(ns: int) -> str:
     """The engine's fixed-width log time: RFC 3339, UTC, nine fraction digits."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}Z"
+
+
+#: An ``export NAME='value'`` line the runtime puts before a pooled command.
+_EXPORT = re.compile(r"export ([A-Za-z_][A-Za-z0-9_]*)='((?:[^']|'\"'\"')*)'\n")
 
 
 class Changes:
@@ -177,6 +183,8 @@ class FakeContainer:
         self.removed = False
         self.vanished = False
         self.cpu_ns = 0
+        #: What a warm container was told to export before its command (the task's env).
+        self.exported: dict[str, str] = {}
         #: Everything written to stdout/stderr, exactly, in order.
         self.output: list[Segment] = []
         #: The json-file log (what ``logs()`` and an attach with ``logs=True`` give back).
@@ -369,11 +377,16 @@ class FakeContainer:
         while True:
             line = await self._read_line()
             if not line.endswith(b"\n"):
-                self.finish(125)  # EOF before the sentinel: the pool script's `exit 125`
+                self.finish(POOL_NO_COMMAND)  # EOF before the sentinel, as the pool script
                 return
             if line[:-1] == sentinel.encode():
                 break
             lines.append(line)
         command = b"".join(lines).decode("utf-8", "surrogateescape").removesuffix("\n")
+        # The task's own environment comes first as ``export`` lines (runtime/task/launch.py,
+        # pooled_command): kept as the container's environment, the rest is the command.
+        while (m := _EXPORT.match(command)) is not None:
+            self.exported[m.group(1)] = m.group(2).replace("'\"'\"'", "'")
+            command = command[m.end() :]
         self.script = self._choose(command)
         await self._steps(self.script.steps)

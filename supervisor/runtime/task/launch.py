@@ -14,6 +14,17 @@ from supervisor.engine.base import AttachedStream, Backend
 from supervisor.runtime.task.ports import Preflight, WarmStart
 
 
+def pooled_command(command: str, env: dict[str, str]) -> str:
+    """The command as a warm container runs it: the task's own environment first (the
+    container was made before the task was known)."""
+    exports = "".join(f"export {name}={_quote(value)}\n" for name, value in env.items())
+    return exports + command
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
 class Launcher:
     """Creates and starts one task's container. ``persist`` stores the task's record at a
     stage (the container id is stored before anything else can happen to it)."""
@@ -57,7 +68,10 @@ class Launcher:
         """Hand the command to a warm container; then close stdin if the task has none.
         Raises SupervisorError when the container does not take it."""
         self.state.container_id = warm.container_id
+        # Bound before the command is written: a crash before the write leaves a record
+        # naming a warm container that never got a command (re-adoption runs it cold).
         await self.persist("created")
+        crash_point("pool_created")
         try:
             await warm.stream.write(warm.payload(command))
             if not self.state.stdin_open:

@@ -16,6 +16,8 @@ from supervisor.core import task_events
 from supervisor.core.container import ContainerState
 from supervisor.core.errors import SupervisorError
 from supervisor.core.events import TaskFailed, TaskOutput, TaskOutputSuppressed, TaskStopped
+from supervisor.core.labels import LABEL_KIND
+from supervisor.core.models import POOL_NO_COMMAND
 from supervisor.core.task_state import Stage, TaskIdentity, TaskState
 from supervisor.core.text import parse_engine_time
 from supervisor.engine.base import AttachedStream
@@ -25,6 +27,9 @@ from supervisor.runtime.task.ports import TaskPorts
 from supervisor.runtime.task.stopper import Stopper
 from supervisor.runtime.task.supervise import Supervision
 from supervisor.state.output import read_range
+
+#: How long re-adoption waits for a warm container's pool script to end on its EOF.
+_POOL_EXIT_WAIT_S = 3.0
 
 
 class Adoptable(Protocol):
@@ -90,8 +95,15 @@ async def readopt(runner: Adoptable, stage: str) -> None:
     if await _terminal_already_logged(runner):
         return
     finder = runner.ports.find_container
+    found_by_label = False
     if state.container_id is None and finder is not None:
         state.container_id = await finder(runner.task_id)
+        found_by_label = state.container_id is not None
+    if state.container_id is not None and await _warm_and_unused(runner, found_by_label):
+        # A warm container the command never reached: run the task as accepted.
+        runner.log.info("readopt_unused_warm_container")
+        await runner.stopper.remove()
+        state.container_id = None
     if state.container_id is None:
         # Crashed before the container existed: run the task now, as accepted.
         runner.log.info("readopt_create")
@@ -128,6 +140,32 @@ async def readopt(runner: Adoptable, stage: str) -> None:
         await runner.finish_after_exit(exit_state)
         return
     await runner.supervise()
+
+
+async def _warm_and_unused(runner: Adoptable, found_by_label: bool) -> bool:
+    """Whether the task's container came from a warm pool and never ran its command: the
+    record did not name it yet (it is bound, then the command is written), or its pool
+    script ended on the crash's EOF (POOL_NO_COMMAND) having printed nothing."""
+    cid = runner.state.container_id
+    assert cid is not None
+    backend = runner.ports.backend
+    engine = await runner.supervision.inspect_patiently(cid)
+    if engine is None or engine.labels.get(LABEL_KIND) != "pooled":
+        return False
+    if found_by_label:
+        return True
+    if engine.running:
+        # The crash closed its stdin: a pool script still waiting ends at once.
+        try:
+            engine = await asyncio.wait_for(backend.wait(cid), _POOL_EXIT_WAIT_S)
+        except TimeoutError:
+            return False  # running longer than that: it runs the command
+    if engine.exit_code != POOL_NO_COMMAND:
+        return False
+    async for segments in backend.logs(cid, tail=1):
+        if segments:
+            return False
+    return True
 
 
 async def _start_created(runner: Adoptable) -> None:

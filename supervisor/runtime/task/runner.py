@@ -20,7 +20,7 @@ from supervisor.core.scan import Pattern
 from supervisor.core.task_state import Stage, TaskIdentity, TaskRecord, TaskState
 from supervisor.engine.base import AttachedStream
 from supervisor.runtime.task.capture import Capture, MonitorFeed
-from supervisor.runtime.task.launch import Launcher
+from supervisor.runtime.task.launch import Launcher, pooled_command
 from supervisor.runtime.task.ports import TaskPorts, WarmStart
 from supervisor.runtime.task.readopt import readopt
 from supervisor.runtime.task.reattach import Reattacher
@@ -183,7 +183,8 @@ class TaskRunner:
                 self.state.container_id = warm.container_id
                 self.supervision.stream = warm.stream  # closed with the task
                 if self.state.lc.stop_reason is None:
-                    await self.launcher.warm(warm, self.ident.spec.command)
+                    spec = self.ident.spec
+                    await self.launcher.warm(warm, pooled_command(spec.command, spec.env))
                     # Only now may input flow: it must follow the command on the same pipe.
                     self.attach_stdin(warm.stream)
             else:
