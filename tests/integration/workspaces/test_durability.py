@@ -4,13 +4,16 @@ of it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import time
 from pathlib import Path
 
 import pytest
 
 from supervisor import Supervisor, TaskSpec
-from supervisor.core.errors import SessionNotFound
+from supervisor.core.errors import PolicyError, SessionNotFound
 from supervisor.core.workspace import WorkspaceSpec
 from tests.conftest import require_engine
 from tests.integration.workspaces.support import (
@@ -172,3 +175,75 @@ def _volumes_of(instance: str) -> list[str]:
     finally:
         client.close()
     return [v["Name"] for v in (found or {}).get("Volumes") or []]
+
+
+async def test_a_kept_workspace_reopens_and_retention_reaps_it(
+    roots: Path, state_dir: Path, policies_dir: Path
+) -> None:
+    require_engine()
+    project = roots / "proj"
+    build(project, {"a.txt": "a\n"})
+    chown_tree(project)
+    spec = WorkspaceSpec(path=str(project))
+    async with Supervisor(
+        state_dir=state_dir,
+        policies_dir=policies_dir,
+        workspace_roots=[roots],
+        workspace_retention_s=3600,
+    ) as sup:
+        session = await sup.open_session("again", workspace=spec)
+        await run_ok(session, "echo b > a.txt")
+        await session.end()
+        assert [w.session_id for w in sup.workspaces.retained()] == ["again"]
+        # The same id on the same project carries on from the kept changes...
+        session = await sup.open_session("again", workspace=spec)
+        assert (await run_ok(session, "cat a.txt")) == "b\n"
+        await session.end()
+        # ...another project under that id is refused while they wait.
+        other = roots / "other"
+        build(other, {"x": "x"})
+        chown_tree(other)
+        with pytest.raises(PolicyError, match="not yet applied or discarded"):
+            await sup.open_session("again", workspace=WorkspaceSpec(path=str(other)))
+        assert await sup.workspaces.reap([]) == 0
+        sup.workspaces.retention_s = 0.0
+        assert await sup.workspaces.reap([]) == 1
+        assert not (state_dir / "ws" / "again").exists()
+        assert (project / "a.txt").read_text() == "a\n"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: the orphan reaper removes containers of gone owners but only this "
+    "instance's own workspace volumes (Workspaces.reap lists io.sbx.owner=<self> only)",
+)
+async def test_the_reaper_removes_a_gone_owners_workspace_volume(
+    tmp_path: Path, policies_dir: Path
+) -> None:
+    require_engine()
+    from supervisor.runtime.ownership import boot_id  # noqa: PLC0415
+    from tests.conftest import owned_label  # noqa: PLC0415
+    from tests.integration.workspaces.support import engine  # noqa: PLC0415
+
+    client = engine()
+    name = f"sbx-ws-gone-{os.getpid()}-{time.monotonic_ns()}"
+    gone = {
+        "io.sbx.owner": "gone0000",
+        "io.sbx.owner.host": socket.gethostname(),
+        "io.sbx.owner.boot": boot_id(),
+        "io.sbx.owner.pid": "999999",
+        "io.sbx.owner.lock": "/nonexistent/state/supervisor.lock",
+        "io.sbx.session": "s-gone",
+        "io.sbx.kind": "workspace",
+    }
+    client.create_volume(name, driver="local", labels={**gone, **owned_label()})
+    try:
+        async with Supervisor(state_dir=tmp_path / "sweeper", policies_dir=policies_dir) as sup:
+            await sup.sweep()
+            await sup.workspaces.reap([s.session_id for s in sup.sessions()])
+        left = client.volumes(filters={"name": name}).get("Volumes") or []
+        assert left == [], "a gone owner's workspace volume is left forever"
+    finally:
+        with contextlib.suppress(Exception):
+            client.remove_volume(name, force=True)
+        client.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.core.errors import PolicyError
+from supervisor.core.errors import PolicyError, UnsafeWorkspacePath
 from tests.integration.workspaces.support import (
     OWNER,
     POLICY,
@@ -117,4 +117,25 @@ async def test_same_path_and_a_host_venv_console_script(ws: WsEnv) -> None:
         assert lines[0] == str(project), out
         assert lines[1].startswith("pip ") and f"from {project}/.venv/lib/python3" in lines[1], out
         assert lines[2] == f"{project}/.venv", out
+    await session.end()
+
+
+async def test_overlay_hides_submounts_and_apply_refuses_writes_under_them(
+    ws: WsEnv, submount: Path
+) -> None:
+    session = await ws.open("ov-submount", submount)
+    out = await run_ok(
+        session, "ls -A mnt; echo new > mnt/new; echo b > a.txt; echo done", policy=POLICY["runc"]
+    )
+    assert out == ".keep\ndone\n", out
+    changes = {c.path: c for c in await session.workspace_changes()}
+    assert "another filesystem is mounted" in (changes["mnt/new"].note or "")
+    before = tree_hash(submount)
+    # Applying would write into the host's tmpfs, not the project: the whole apply is
+    # refused (nothing written), and the user discards or moves the mount.
+    with pytest.raises(UnsafeWorkspacePath, match="another filesystem is mounted"):
+        await session.apply_changes()
+    assert tree_hash(submount) == before
+    assert sorted(os.listdir(submount / "mnt")) == ["secret"]
+    await session.discard_changes()
     await session.end()
