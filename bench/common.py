@@ -565,9 +565,9 @@ async def close_writer(writer: asyncio.StreamWriter) -> None:
 
 async def first_output(session: Session, task_id: str, timeout_s: float = 60.0) -> bool:
     """Wait (without polling) until the task's output file has its first byte."""
-    runner = session._runner(task_id)
+    runner = session.task_runner(task_id)
     await runner.wait_output(0, timeout_s)
-    return runner._out.file_size > 0
+    return runner.capture.counts().file_size > 0
 
 
 async def wait_all_running(
@@ -643,6 +643,7 @@ def write_result(
 def rewrite_summary(out_dir: Path, order: Sequence[str]) -> Path:
     """``summary.md`` from the latest result of each benchmark (a full run wins over a newer
     quick one)."""
+    out_dir.mkdir(parents=True, exist_ok=True)  # every benchmark may have failed
     latest: dict[str, dict[str, Any]] = {}
     for path in sorted(out_dir.glob("*.json")):
         try:

@@ -29,7 +29,7 @@ async def _ours(session: Session, policy: str) -> float:
 
 
 async def _refilled(session: Session, policy: str, timeout_s: float = 30.0) -> None:
-    pool = session._pools[policy]
+    pool = session._pools.get(session._svc.policies.get(policy))
     deadline = time.monotonic() + timeout_s
     while pool.size < pool.target() and time.monotonic() < deadline:
         await pool.wait_filled()

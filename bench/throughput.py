@@ -53,7 +53,11 @@ async def _ours(session: Session, size: int, content: str) -> dict[str, float]:
     # Poll (5 ms) rather than wait_output: a waiter woken by every written chunk would add
     # its own cost to the capture loop it measures.
     deadline = time.monotonic() + 1800
-    while runner._out.file_size < size and not runner.ended and time.monotonic() < deadline:
+    while (
+        runner.capture.counts().file_size < size
+        and not runner.ended
+        and time.monotonic() < deadline
+    ):
         await asyncio.sleep(0.005)
     t_last = time.perf_counter()
     cpu = time.process_time() - cpu0
