@@ -195,6 +195,15 @@ async def test_a_kept_workspace_reopens_and_retention_reaps_it(
         await run_ok(session, "echo b > a.txt")
         await session.end()
         assert [w.session_id for w in sup.workspaces.retained()] == ["again"]
+    # A restart keeps the ended session's changes too.
+    async with Supervisor(
+        state_dir=state_dir,
+        policies_dir=policies_dir,
+        workspace_roots=[roots],
+        workspace_retention_s=3600,
+    ) as sup:
+        assert [w.session_id for w in sup.workspaces.retained()] == ["again"]
+        assert kinds(await sup.workspace("again").changes()) == {"a.txt": "modified"}
         # The same id on the same project carries on from the kept changes...
         session = await sup.open_session("again", workspace=spec)
         assert (await run_ok(session, "cat a.txt")) == "b\n"
