@@ -250,8 +250,8 @@ async def test_no_task_starts_on_the_workspace_while_it_is_applied(ws: WsEnv) ->
     await run_ok(session, "i=0; while [ $i -lt 3000 ]; do i=$((i+1)); echo $i > f$i; done")
     workspace = session.workspace
     assert workspace is not None
-    # Watch (without changing) when the apply writes the host tree, and when a task makes
-    # the overlay volume (the engine mounts it at the container's start).
+    # Watch (without changing) when the apply writes the host tree, and when a task has
+    # the overlay volume made (the engine mounts it at the container's start, right after).
     seen: list[tuple[str, float]] = []
     apply_files, ensure_volume = workspace._apply, workspace.ensure_volume
 
@@ -263,8 +263,8 @@ async def test_no_task_starts_on_the_workspace_while_it_is_applied(ws: WsEnv) ->
             seen.append(("applied", time.monotonic()))
 
     async def timed_ensure() -> None:
-        seen.append(("volume", time.monotonic()))
         await ensure_volume()
+        seen.append(("volume", time.monotonic()))
 
     workspace._apply = timed_apply  # type: ignore[method-assign]
     workspace.ensure_volume = timed_ensure  # type: ignore[method-assign]
