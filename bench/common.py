@@ -642,6 +642,7 @@ def write_result(
 def rewrite_summary(out_dir: Path, order: Sequence[str]) -> Path:
     """``summary.md`` from the latest result of each benchmark (a full run wins over a newer
     quick one)."""
+    out_dir.mkdir(parents=True, exist_ok=True)  # every benchmark may have failed
     latest: dict[str, dict[str, Any]] = {}
     for path in sorted(out_dir.glob("*.json")):
         try:

@@ -41,6 +41,7 @@ BENCHMARKS = {
     "stall": "bench.stall",
     "attack": "bench.attack",
     "workspace": "bench.workspace",
+    "workspace-start": "bench.workspace_start",
 }
 ALIASES = {"event-latency": "latency", "events": "latency", "under-attack": "attack"}
 

@@ -4,7 +4,8 @@ and the run ends with one summary line."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,49 @@ async def arena(
         yield a
         if not a.finished:
             # The case failed before finish(): still end the session so nothing is left.
+            await a.session.end()
+            if a.watch is not None:
+                a.watch.close()
+
+
+@pytest.fixture
+def project_root(tmp_path: Path) -> Path:
+    """The workspace root of ``ws_arena``'s supervisor (the project goes in it)."""
+    path = tmp_path / "wsroots"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def small_state(state_dir: Path) -> Iterator[Path]:
+    """The state dir on a 64 MiB tmpfs, where the overlay's upper lives: a case can fill
+    it without touching the host's disk. Ask for it before ``ws_arena``."""
+    state_dir.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(state_dir)], check=True)
+    try:
+        yield state_dir
+    finally:
+        subprocess.run(["umount", "-l", str(state_dir)], check=False)
+
+
+@pytest.fixture
+async def ws_arena(
+    runtime: str,
+    tmp_path: Path,
+    state_dir: Path,
+    policies_dir: Path,
+    project_root: Path,
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[Arena]:
+    """An arena whose session the case opens on a project: ``await
+    ws_arena.open_workspace(name, project, mode)``."""
+    require_engine()
+    async with Supervisor(
+        state_dir=state_dir, policies_dir=policies_dir, workspace_roots=[project_root]
+    ) as sup:
+        a = Arena(runtime, sup, tmp_path, project_root, node=request.node)
+        yield a
+        if a.session is not None and not a.finished:
             await a.session.end()
             if a.watch is not None:
                 a.watch.close()

@@ -25,6 +25,7 @@ import docker.errors
 
 from supervisor import MemorySink, Supervisor, TaskInfo, TaskOutput, TaskSpec
 from supervisor.core.events import BaseEvent
+from supervisor.core.workspace import WorkspaceMode, WorkspaceSpec
 
 MIB = 1024 * 1024
 #: runtime -> the shipped policy that runs it.
@@ -331,6 +332,8 @@ class Arena:
         self.kept_bytes = 0
         #: How many containers run at once at most (each may use its full memory limit).
         self.concurrency = 1
+        #: The session's project (``open_workspace``): a directory owned by uid 1000.
+        self.project: Path | None = None
 
     def note(self, text: str) -> None:
         """Record how this runtime behaved; printed under the suite's summary line."""
@@ -344,6 +347,20 @@ class Arena:
     async def open(self, name: str) -> None:
         self.watch = HostWatch(self.sup.state_dir, self.sup.instance_id)
         self.session = await self.sup.open_session(name, sinks=[self.sink])
+
+    async def open_workspace(
+        self, name: str, project: Path, mode: WorkspaceMode = "overlay"
+    ) -> None:
+        """Open the case's session on ``project`` (under the supervisor's workspace root):
+        tasks run in it, at its host path, as its owner."""
+        self.project = project
+        self.watch = HostWatch(self.sup.state_dir, self.sup.instance_id)
+        self.session = await self.sup.open_session(
+            name,
+            sinks=[self.sink],
+            workspace=WorkspaceSpec(path=str(project), mode=mode),
+            policy=self.policy,
+        )
 
     async def start(self, command: str, **spec: Any) -> TaskInfo:
         spec.setdefault("policy", self.policy)
@@ -393,6 +410,20 @@ class Arena:
                 raise AssertionError(f"task {info.task_id} never got a container: {now}")
             await asyncio.sleep(0.02)
 
+    def owned_volumes(self) -> list[str]:
+        c = engine()
+        try:
+            found = c.volumes(filters={"label": f"io.sbx.owner={self.sup.instance_id}"})
+        finally:
+            c.close()
+        return [v["Name"] for v in (found or {}).get("Volumes") or []]
+
+    def workspace_mounts(self) -> list[str]:
+        """Mount-table lines naming the supervisor's workspace state (overlays in use)."""
+        ws = str(self.sup.state_dir / "ws")
+        text = Path("/proc/self/mountinfo").read_text()
+        return [line for line in text.splitlines() if ws in line]
+
     def owned_containers(self) -> list[dict[str, Any]]:
         c = engine()
         try:
@@ -409,6 +440,8 @@ class Arena:
         await self.session.end()
         assert self.sink.events and self.sink.events[-1].type == "session.ended"
         assert self.owned_containers() == [], "containers left behind"
+        assert self.owned_volumes() == [], "volumes left behind"
+        assert self.workspace_mounts() == [], "workspace overlays still mounted"
         watch = self.watch
         watch.stop()
         before = watch.before

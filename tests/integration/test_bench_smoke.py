@@ -66,3 +66,41 @@ def test_quick_bench_writes_results(tmp_path: Path) -> None:
     client = docker.APIClient(version="auto", timeout=10)
     for label in (f"io.sbx.test={proc.pid}", f"io.sbx.owner.pid={proc.pid}"):
         assert not client.containers(all=True, filters={"label": label}), label
+
+
+WS_BENCHES = ("workspace", "workspace-start")
+
+
+def test_quick_workspace_benches(tmp_path: Path) -> None:
+    """The workspace benchmarks (change engine, and start with a workspace) run end to end."""
+    out = tmp_path / "results"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.run", "--quick", "--out", str(out), *WS_BENCHES],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=110)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    for name in ("workspace", "workspace-start"):
+        data = json.loads(next(out.glob(f"{name}-*.json")).read_text())
+        assert data["rows"] and not any(data["errors"].values()), data
+        for r in data["rows"]:
+            assert set(r) >= ROW_KEYS and r["ours"]["n"] >= 1, r
+    start = json.loads(next(out.glob("workspace-start-*.json")).read_text())
+    metrics = {r["metric"]: r for r in start["rows"]}
+    for phase in ("cold", "warm"):
+        assert metrics[f"{phase}: overlay workspace -> first byte"]["ratio"] > 0
+        assert metrics[f"{phase}: overlay - none, paired"]["passed"] is not None
+    # Nothing left behind: no container, no overlay volume.
+    client = docker.APIClient(version="auto", timeout=10)
+    label = f"io.sbx.owner.pid={proc.pid}"
+    assert not client.containers(all=True, filters={"label": label})
+    assert not (client.volumes(filters={"label": label}) or {}).get("Volumes")
