@@ -64,9 +64,10 @@ ENGINE_PATHS = (
 )
 #: Characters the overlay mount options cannot carry in a path.
 _OPTION_CHARS = (",", ":", "\\", "\n")
-#: Files of a git repository that a ``rw`` task must not change (code that runs on the host
-#: later: hooks, and config that can name programs).
-GIT_PROTECTED = (".git/hooks", ".git/config")
+#: What of a git repository a ``rw`` task must not change: all of ``.git``. Hooks and config
+#: name programs the host's git runs, and a writable ``.git`` lets a task point git at a
+#: config of its own (``commondir``); a mount point cannot be renamed away either.
+GIT_PROTECTED = (".git",)
 
 
 class WorkspaceSpec(BaseModel):

@@ -167,6 +167,7 @@ class Supervisor:
             labels=self.container_labels,
             roots=self.workspace_roots,
             retention_s=self.workspace_retention_s,
+            orphan_grace_s=self.orphan_grace_s,
         )
         await self._workspaces.load()
         self._reconcile = Reconciler(

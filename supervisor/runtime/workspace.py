@@ -144,14 +144,24 @@ class Workspace:
         if self.plan.mode != "overlay":
             return
         async with self._lock:
-            try:
-                await self.backend.remove_volume(self.volume)
-            except EngineError as exc:
-                raise PolicyError(
-                    f"the workspace of session {self.session_id!r} is still mounted by a "
-                    f"container ({exc}); stop its tasks first"
-                ) from exc
-            self._volume_ready = False
+            await self._unmount_locked()
+
+    async def _unmount_locked(self) -> None:
+        try:
+            await self.backend.remove_volume(self.volume)
+        except EngineError as exc:
+            raise PolicyError(
+                f"the workspace of session {self.session_id!r} is still mounted by a "
+                f"container ({exc}); stop its tasks first"
+            ) from exc
+        self._volume_ready = False
+
+    async def _offline(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` with the overlay unmounted, holding the lock a new task's volume needs:
+        a task started meanwhile waits until the host tree is written."""
+        async with self._lock:
+            await self._unmount_locked()
+            return await self._run(fn, *args)
 
     # -- review ---------------------------------------------------------------------------
 
@@ -181,15 +191,10 @@ class Workspace:
     async def apply(self, *, force: bool = False) -> changes_fs.ApplyResult:
         """Write the non-ignored changes into the host tree (backed up, for undo)."""
         self._need_overlay("apply")
-        await self.unmount()
-        result: changes_fs.ApplyResult = await self._run(self._apply, force)
+        result: changes_fs.ApplyResult = await self._offline(self._apply, force)
         return result
 
     def _apply(self, force: bool) -> changes_fs.ApplyResult:
-        # The upper stays as it is: what was applied now equals the lower and drops out of
-        # the list, ignored entries (node_modules, .venv) keep serving the tasks, and an
-        # undo brings the changes back as pending. A later host edit of an applied file is
-        # shadowed by the upper's copy and shows as a conflict, never silently.
         lower = Path(self.plan.host)
         manifest = changes_fs.Manifest.load(self.manifest_path)
         found = changes_fs.list_changes(lower, self.upper, manifest)
@@ -202,6 +207,10 @@ class Workspace:
             force=force,
             manifest=manifest,
         )
+        # What was applied leaves the upper, so the tasks see the host tree again (and the
+        # user's later edits to it); what was not (ignored entries: node_modules, .venv)
+        # stays and keeps serving them.
+        changes_fs.prune_upper(self.upper, self.work, found)
         self._retake_manifest()
         return result
 
@@ -209,10 +218,10 @@ class Workspace:
         changes_fs.Manifest.take(Path(self.plan.host)).save(self.manifest_path)
 
     async def undo(self, *, force: bool = False) -> changes_fs.UndoResult:
-        """Put back what the last apply overwrote, removed or created in the host tree."""
+        """Put back what the last apply overwrote, removed or created in the host tree (the
+        applied changes themselves left the session's upper with the apply)."""
         self._need_overlay("undo")
-        await self.unmount()
-        result: changes_fs.UndoResult = await self._run(self._undo, force)
+        result: changes_fs.UndoResult = await self._offline(self._undo, force)
         return result
 
     def _undo(self, force: bool) -> changes_fs.UndoResult:
@@ -227,8 +236,7 @@ class Workspace:
     async def discard(self) -> None:
         """Drop every change (a fresh, empty upper) and every backup (no undo after it)."""
         self._need_overlay("discard")
-        await self.unmount()
-        await self._run(self._discard)
+        await self._offline(self._discard)
 
     def _discard(self) -> None:
         mode = os.stat(self.plan.host).st_mode & 0o7777

@@ -20,6 +20,7 @@ from supervisor.core.logs import get_logger
 from supervisor.core.policy import Policy
 from supervisor.core.workspace import WorkspacePlan, WorkspaceSpec, plan, task_user
 from supervisor.engine.base import Backend
+from supervisor.runtime.ownership import owner_alive
 from supervisor.runtime.workspace import Workspace
 from supervisor.state.store import StateStore
 
@@ -61,6 +62,7 @@ class Workspaces:
         labels: Callable[..., dict[str, str]],
         roots: Sequence[Path],
         retention_s: float = RETENTION_S,
+        orphan_grace_s: float = 600.0,
     ) -> None:
         self.backend = backend
         self.io = io
@@ -70,6 +72,7 @@ class Workspaces:
         self.labels = labels
         self.roots = [str(r) for r in roots]
         self.retention_s = retention_s
+        self.orphan_grace_s = orphan_grace_s
         self._by_session: dict[str, Workspace] = {}
 
     def get(self, session_id: str) -> Workspace | None:
@@ -154,6 +157,8 @@ class Workspaces:
                 log.warning("workspace_record_unreadable", session_id=sid, error=str(exc))
                 continue
             ws.ended_at = data.get("ended_at")
+            if ws.plan.mode == "rw":
+                await ws.prepare()  # finds the read-only git binds again
             self._by_session[sid] = ws
 
     # -- ending -------------------------------------------------------------------------
@@ -192,13 +197,18 @@ class Workspaces:
                 await self.drop(ws.session_id)
                 removed += 1
         try:
-            volumes = await self.backend.list_volumes(f"{LABEL_OWNER}={self.instance_id}")
+            volumes = await self.backend.list_volumes(LABEL_OWNER)
         except SupervisorError:
             return removed
         known = {w.volume for w in self._by_session.values()}
         for v in volumes:
-            sid = v.labels.get(LABEL_SESSION, "")
-            if v.name not in known and sid not in open_sessions:
+            if v.labels.get(LABEL_OWNER) != self.instance_id:
+                # Another supervisor's: reaped like its containers, once it is gone for good.
+                gone = await self._run(owner_alive, v.labels, self.orphan_grace_s) is False
+            else:
+                sid = v.labels.get(LABEL_SESSION, "")
+                gone = v.name not in known and sid not in open_sessions
+            if gone:
                 try:
                     await self.backend.remove_volume(v.name)
                     removed += 1

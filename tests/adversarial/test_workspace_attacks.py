@@ -511,12 +511,6 @@ def _git_status(project: Path, home: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: rw mode protects .git/hooks and .git/config only; a task writes "
-    ".git/commondir (or renames .git away and makes a new one) and the user's next git "
-    "command on the host runs the task's core.fsmonitor",
-)
 async def test_ws_rw_git_cannot_run_code_on_the_host(ws_arena: Arena) -> None:
     arena = ws_arena
     project = arena.workspace / "proj"

@@ -131,11 +131,6 @@ async def test_a_restart_keeps_the_workspace_and_the_running_tasks_mount(
         assert our_volumes(sup) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a workspace restored after a restart is never prepare()d: rw mode loses its "
-    "read-only .git/hooks and .git/config binds (Workspace._protected stays empty)",
-)
 async def test_a_restart_keeps_rw_git_protection(
     tmp_path: Path, state_dir: Path, policies_dir: Path
 ) -> None:
@@ -221,11 +216,6 @@ async def test_a_kept_workspace_reopens_and_retention_reaps_it(
         assert (project / "a.txt").read_text() == "a\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the orphan reaper removes containers of gone owners but only this "
-    "instance's own workspace volumes (Workspaces.reap lists io.sbx.owner=<self> only)",
-)
 async def test_the_reaper_removes_a_gone_owners_workspace_volume(
     tmp_path: Path, policies_dir: Path
 ) -> None:
