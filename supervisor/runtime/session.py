@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from supervisor.core.container import ContainerRequest
 from supervisor.core.errors import (
     LimitExceeded,
+    NoWorkspace,
     PolicyError,
     SessionEnded,
     SpecError,
@@ -344,7 +345,7 @@ class Session:
 
     def _ws(self, what: str) -> Workspace:
         if self.workspace is None:
-            raise PolicyError(f"{what}: session {self.session_id!r} has no workspace")
+            raise NoWorkspace(f"{what}: session {self.session_id!r} has no workspace")
         return self.workspace
 
     async def workspace_changes(self) -> builtins.list[Change]:
@@ -383,7 +384,8 @@ class Session:
             names = ", ".join(f"{r.task_id} ({r.ident.spec.label[:40]})" for r in running)
             raise WorkspaceBusy(
                 f"{what}: session {self.session_id!r} still runs {len(running)} task(s): "
-                f"{names}; stop them first, or ask to stop them (stop_tasks)"
+                f"{names}; stop them first, or ask to stop them (stop_tasks)",
+                [r.task_id for r in running],
             )
         await stop_all(
             list(self._runners.values()), "user_stopped", timeout_s=self._svc.end_timeout_s
