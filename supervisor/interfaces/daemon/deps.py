@@ -17,6 +17,7 @@ from supervisor.interfaces.daemon.auth import Principal
 from supervisor.interfaces.daemon.guard import principal_of
 from supervisor.runtime.session import Session
 from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.workspace import Workspace
 
 #: Declares the bearer scheme in the OpenAPI document; the request guard has already
 #: checked the token (before the body was read) when a route runs.
@@ -97,6 +98,20 @@ def session_of(sup: Supervisor, session_id: str, who: Principal) -> Session:
     return sup.session(session_id)
 
 
+def workspace_info(ws: Workspace | None) -> dict[str, Any] | None:
+    """A WorkspaceInfo reply (None without a workspace)."""
+    if ws is None:
+        return None
+    plan = ws.plan
+    return {
+        "path": plan.host,
+        "container_path": plan.container_path,
+        "mode": plan.mode,
+        "owner": {"uid": plan.owner[0], "gid": plan.owner[1]},
+        "warning": plan.warning,
+    }
+
+
 def session_info(session: Session) -> dict[str, Any]:
     """A SessionInfo reply."""
     return {
@@ -106,4 +121,5 @@ def session_info(session: Session) -> dict[str, Any]:
         "tasks": session.task_count(),
         "running": session.running_count(),
         "last_seq": session.event_log.last_seq,
+        "workspace": workspace_info(session.workspace),
     }
