@@ -174,6 +174,8 @@ def test_changes_diff_apply_undo_discard(daemon: Daemon, tmp_path: Path) -> None
         big = c.post("/sessions/w1/workspace/apply", json={"force": False, "x": "y" * 2000})
         error(big, 413, "request_too_large")
         error(c.post("/sessions/w1/workspace/apply", json={"force": 1}), 422, "invalid_request")
+        typo = c.get("/sessions/w1/workspace/changes", params={"ignore": "true"})
+        assert error(typo, 422, "invalid_request")["fields"][0]["field"] == "query.ignore"
         ended = c.delete("/sessions/w1").json()
         assert ended["workspace_kept"] is False  # nothing left to review
     assert volumes_of("w1") == []

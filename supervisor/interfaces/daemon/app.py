@@ -7,7 +7,7 @@ import functools
 import json
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
@@ -18,7 +18,14 @@ from supervisor.core.workspace import WorkspaceSpec
 from supervisor.interfaces.daemon import errors
 from supervisor.interfaces.daemon.auth import Auth, Principal
 from supervisor.interfaces.daemon.bodies import CreateSession
-from supervisor.interfaces.daemon.deps import Admin, SessionId, Who, session_info, session_of
+from supervisor.interfaces.daemon.deps import (
+    Admin,
+    SessionId,
+    Who,
+    known_query,
+    session_info,
+    session_of,
+)
 from supervisor.interfaces.daemon.event_routes import add_event_routes
 from supervisor.interfaces.daemon.guard import PUBLIC_PATHS, AppConfig, RequestGuard
 from supervisor.interfaces.daemon.limits import (
@@ -78,6 +85,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
         # itself is served to authenticated callers only.
         docs_url=None,
         redoc_url=None,
+        dependencies=[Depends(known_query)],
     )
     app.add_middleware(RequestGuard, auth=auth, config=config, routes=lambda: app.router.routes)
     errors.install(app)
