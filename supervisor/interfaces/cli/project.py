@@ -147,9 +147,10 @@ def _same(info: dict[str, object], choice: WorkspaceChoice) -> bool:
 
 
 async def open_run_session(
-    client: SbxClient, args: argparse.Namespace, policy: str | None = None
+    client: SbxClient, args: argparse.Namespace, policy: str | None = None, start_failed: int = 1
 ) -> str:
-    """The session ``sbx run`` runs in, opened on its workspace if it is not open yet."""
+    """The session ``sbx run`` runs in, opened on its workspace if it is not open yet.
+    A policy refusal exits ``start_failed`` (the task never started)."""
     named = explicit_session(args)
     choice = workspace_choice(args)
     sid = named or (dir_session_id(choice.path) if choice else DEFAULT_SESSION)
@@ -184,8 +185,14 @@ async def open_run_session(
         await ensure_session(client, fallback)
         return fallback
     except PolicyError as exc:
-        hint = "" if choice.explicit else " (or run without a workspace: --no-workspace)"
-        raise CliError(f"{error_message(exc)}{hint}") from exc
+        # A policy the daemon does not know is refused here too (the session's policy
+        # decides whom tasks of a root-owned workspace run as): either way, nothing ran.
+        hint = (
+            ""
+            if choice.explicit
+            else f" (opening a session on {choice.path}; --no-workspace runs without one)"
+        )
+        raise CliError(f"the task did not start: {error_message(exc)}{hint}", start_failed) from exc
     except NotFound as exc:  # a session token may not create sessions
         raise CliError(f"session {sid!r} does not exist and this token cannot create it") from exc
     except SupervisorError as exc:

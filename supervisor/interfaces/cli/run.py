@@ -207,7 +207,7 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _run(client: SbxClient, args: argparse.Namespace) -> int:
-    sid = await open_run_session(client, args, args.policy)
+    sid = await open_run_session(client, args, args.policy, EXIT_START_FAILED)
     try:
         info = await client.start(sid, _spec(args))
     except SupervisorError as exc:
