@@ -60,6 +60,8 @@ def test_run_review_apply_undo_discard(daemon: Daemon, tmp_path: Path) -> None:
     assert tree_hash(project) == pristine
     [sid] = session_ids(daemon, project)
     assert re.fullmatch(r"ws-my-app-[0-9a-f]{10}", sid), sid
+    [row] = ok(sbx(daemon, project, "session", "list")).splitlines()
+    assert row.startswith(f"{sid}\t1\t0\t") and row.endswith(f"\t{project} (overlay)")
 
     listed = json.loads(ok(sbx(daemon, project, "workspace", "changes", "--json")))
     assert {c["path"]: c["kind"] for c in listed} == {

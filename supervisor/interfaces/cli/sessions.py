@@ -47,6 +47,9 @@ examples:
 """
 
 SESSION_LIST_EPILOG = """\
+Columns: SESSION, TASKS (started), RUNNING, LAST SEQ (newest event), CREATED and WORKSPACE
+(the project directory its tasks run on, and the mode; - for none).
+
 examples:
   sbx session list
   sbx session list --json | jq -r '.[].session_id'
@@ -197,11 +200,19 @@ async def _session_list(client: SbxClient, args: argparse.Namespace) -> int:
             s.get("running", 0),
             s.get("last_seq", 0),
             format_time(s.get("created_at")),
+            _workspace(s.get("workspace")),
         ]
         for s in sessions
     ]
-    print_table(["session", "tasks", "running", "last seq", "created"], rows)
+    print_table(["session", "tasks", "running", "last seq", "created", "workspace"], rows)
     return 0
+
+
+def _workspace(ws: object) -> str:
+    """``/path (mode)``, or ``-`` for a session without a workspace."""
+    if not isinstance(ws, dict):
+        return "-"
+    return f"{ws.get('path')} ({ws.get('mode')})"
 
 
 async def _session_end(client: SbxClient, args: argparse.Namespace) -> int:
