@@ -355,10 +355,51 @@ def _name_paths(paths: Sequence[str]) -> str:
 
 
 class WorkspaceBusy(SupervisorError):
-    """Applying, discarding or undoing workspace changes needs the session's tasks stopped."""
+    """Applying, discarding or undoing workspace changes needs the session's tasks stopped;
+    ``task_ids`` names the ones still running."""
 
     code = "workspace_busy"
     status = 409
+
+    def __init__(self, message: str, task_ids: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.task_ids = list(task_ids)
+
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        ids = detail.get("task_ids")
+        return cls(message, [str(t) for t in ids] if isinstance(ids, list) else [])
+
+    def wire_detail(self) -> dict[str, Any]:
+        return {"task_ids": self.task_ids}
+
+
+class NoWorkspace(SupervisorError, LookupError):
+    """The session has no workspace (it was opened without one), so there are no changes to
+    list, show, apply or discard."""
+
+    code = "no_workspace"
+    status = 404
+
+
+class WorkspaceOutsideRoots(PolicyError):
+    """The workspace asked for is not under any of the supervisor's allowed roots
+    (``--workspace-root``, ``SBX_WORKSPACE_ROOTS``, default the home directory of the user
+    running it). ``roots`` lists them."""
+
+    code = "workspace_outside_roots"
+
+    def __init__(self, message: str, roots: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.roots = list(roots)
+
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        roots = detail.get("roots")
+        return cls(message, [str(r) for r in roots] if isinstance(roots, list) else [])
+
+    def wire_detail(self) -> dict[str, Any]:
+        return {"roots": self.roots}
 
 
 class WorkspaceError(SupervisorError):

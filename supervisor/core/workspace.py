@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from supervisor.core.container import Mount
-from supervisor.core.errors import PolicyError
+from supervisor.core.errors import PolicyError, WorkspaceOutsideRoots
 
 WorkspaceMode = Literal["overlay", "ro", "rw"]
 RootOwner = Literal["nobody", "root", "refuse"]
@@ -124,9 +124,10 @@ def check_host_path(real: str, *, roots: Sequence[str], state_dir: str) -> None:
         )
     if not any(_under(real, os.path.realpath(r)) for r in roots):
         allowed = ", ".join(roots) or "none configured"
-        raise PolicyError(
+        raise WorkspaceOutsideRoots(
             f"workspace {real!r} is not under an allowed workspace root ({allowed}); "
-            "add one with --workspace-root or SBX_WORKSPACE_ROOTS"
+            "add one with --workspace-root or SBX_WORKSPACE_ROOTS",
+            roots,
         )
     if real == "/":
         raise PolicyError("workspace '/': the whole host cannot be a workspace")

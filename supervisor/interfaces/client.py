@@ -56,6 +56,12 @@ class Chunk(NamedTuple):
     """The task has ended and nothing follows ``next_offset``."""
 
 
+def _absolute(path: str | os.PathLike[str]) -> str:
+    """``path`` made absolute against our working directory (the daemon's is another):
+    a getcwd, no filesystem walk."""
+    return os.path.abspath(path)
+
+
 def daemon_paths(state_dir: Path | None = None) -> tuple[Path, Path]:
     """(socket path, admin token file) of the daemon for ``state_dir``."""
     return daemon_socket(state_dir), admin_token_file(state_dir)
@@ -175,12 +181,34 @@ class SbxClient:
         """Engine state and load (also when the engine is down: ``status: degraded``)."""
         return dict((await self._send("GET", "/healthz")).json())
 
-    async def create_session(self, session_id: str | None = None) -> dict[str, Any]:
-        body = {"session_id": session_id} if session_id else {}
+    async def create_session(
+        self,
+        session_id: str | None = None,
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        workspace_mode: str | None = None,
+        policy: str | None = None,
+    ) -> dict[str, Any]:
+        """Open (or re-open) a session and mint a token for it (admin token only).
+        ``workspace``: the project directory its tasks run on (sent as an absolute path;
+        fixed when the session opens), seen as ``workspace_mode`` (overlay, ro, rw);
+        ``policy`` decides whom tasks of a root-owned workspace run as."""
+        body: dict[str, Any] = {"session_id": session_id} if session_id else {}
+        if workspace is not None:
+            ws: dict[str, Any] = {"path": _absolute(workspace)}
+            if workspace_mode:
+                ws["mode"] = workspace_mode
+            body["workspace"] = ws
+        if policy:
+            body["policy"] = policy
         return dict(await self._json("POST", "/sessions", json=body, ids=(session_id, None)))
 
     async def sessions(self) -> list[dict[str, Any]]:
         return list(await self._json("GET", "/sessions"))
+
+    async def session(self, session_id: str) -> dict[str, Any]:
+        """One open session (SessionNotFound when it is not open)."""
+        return dict(await self._json("GET", f"/sessions/{session_id}", ids=(session_id, None)))
 
     async def end_session(self, session_id: str) -> dict[str, Any]:
         return dict(await self._json("DELETE", f"/sessions/{session_id}", ids=(session_id, None)))
@@ -313,6 +341,48 @@ class SbxClient:
         """The last ``chars`` characters of the output."""
         where = self._task_path(session_id, task_id, "/tail")
         return str((await self._json("GET", params={"chars": chars}, **where))["text"])
+
+    # -- workspace ------------------------------------------------------------------------
+    # An ended session whose changes are kept answers these too (to the admin token).
+
+    async def workspace_changes(
+        self, session_id: str, *, ignored: bool = False
+    ) -> list[dict[str, Any]]:
+        """The changes of the session's overlay workspace (``Change.to_dict()`` each);
+        ``ignored``: also those .gitignore and the default ignores leave out."""
+        path = f"/sessions/{session_id}/workspace/changes"
+        params = {"ignored": str(ignored).lower()}
+        return list(await self._json("GET", path, params=params, ids=(session_id, None)))
+
+    async def workspace_diff(self, session_id: str) -> str:
+        """The changes as one unified diff that ``git apply`` accepts."""
+        path = f"/sessions/{session_id}/workspace/diff"
+        response = await self._request("GET", path, ids=(session_id, None))
+        return response.content.decode("utf-8", "surrogateescape")
+
+    async def apply_changes(
+        self, session_id: str, *, force: bool = False, stop_tasks: bool = False
+    ) -> dict[str, Any]:
+        """Write the changes into the host project (``ApplyResult``). WorkspaceConflict
+        (with ``paths``) for host edits unless ``force``; WorkspaceBusy (with ``task_ids``)
+        while tasks run unless ``stop_tasks``."""
+        path = f"/sessions/{session_id}/workspace/apply"
+        body = {"force": force, "stop_tasks": stop_tasks}
+        return dict(await self._json("POST", path, json=body, ids=(session_id, None)))
+
+    async def discard_changes(self, session_id: str, *, stop_tasks: bool = False) -> None:
+        """Drop every change (and the backups: no undo after it)."""
+        path = f"/sessions/{session_id}/workspace/discard"
+        await self._request("POST", path, json={"stop_tasks": stop_tasks}, ids=(session_id, None))
+
+    async def undo_apply(
+        self, session_id: str, *, force: bool = False, stop_tasks: bool = False
+    ) -> dict[str, Any]:
+        """Put the host project back as before the last apply (``UndoResult``); NoBackup
+        when nothing was applied."""
+        path = f"/sessions/{session_id}/workspace/undo"
+        body = {"force": force, "stop_tasks": stop_tasks}
+        return dict(await self._json("POST", path, json=body, ids=(session_id, None)))
 
     # -- events and notifications ---------------------------------------------------------
 

@@ -266,11 +266,16 @@ class WarmPool:
     async def aclose(self) -> None:
         """Remove every ready container (never one that became a task)."""
         self._closed = True
-        for task in (self._filling, self._idle):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, SupervisorError):
-                    await task
+        if self._idle is not None and not self._idle.done():
+            self._idle.cancel()
+            with contextlib.suppress(asyncio.CancelledError, SupervisorError):
+                await self._idle
+        # A fill is not cancelled: the engine may already be creating its container (in a
+        # thread a cancel does not stop), which would then belong to no one. Once closed,
+        # the fill removes what it makes and stops.
+        if self._filling is not None:
+            with contextlib.suppress(asyncio.CancelledError, SupervisorError):
+                await asyncio.shield(self._filling)
         ready, self._ready = self._ready, []
         await asyncio.gather(*(self.discard(w) for _, w in ready))
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import builtins
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +15,6 @@ from supervisor.core.errors import (
     SessionEnded,
     SpecError,
     TaskNotFound,
-    WorkspaceBusy,
 )
 from supervisor.core.events import BaseEvent
 from supervisor.core.events import SessionEnded as SessionEndedEvent
@@ -39,20 +37,20 @@ from supervisor.runtime.session_ports import (
     task_identity,
     task_request,
 )
+from supervisor.runtime.session_workspace import WorkspaceReview
 from supervisor.runtime.task.ports import TaskPorts
 from supervisor.runtime.task.runner import TaskRunner
 from supervisor.runtime.workspace import Workspace
 from supervisor.state.eventlog import EventLog
 from supervisor.state.output import read_slice, read_tail
 from supervisor.state.sinks import Sink, SinkRunner
-from supervisor.state.workspace import ApplyResult, Change, UndoResult
 
 log = get_logger("supervisor.session")
 
 MAX_READ = 8 * 1024 * 1024
 
 
-class Session:
+class Session(WorkspaceReview):
     """Owns tasks and an event log. Obtain one with ``Supervisor.open_session``."""
 
     def __init__(
@@ -81,6 +79,7 @@ class Session:
         self.token_digests: list[str] = []
         self.log = log.bind(session_id=session_id)
         self.dir = services.state_dir / "sessions" / session_id
+        self._init_review()
 
     # -- properties ------------------------------------------------------------------
 
@@ -152,7 +151,9 @@ class Session:
             )
         self._reserved += 1
         try:
-            return await self._launch(spec, policy, eff)
+            async with self._admitted():
+                self._check_open()
+                return await self._launch(spec, policy, eff)
         finally:
             self._reserved -= 1
 
@@ -345,57 +346,6 @@ class Session:
         if from_offset < 0:
             raise SpecError(f"from_offset: must be >= 0 (got {from_offset})")
         return await runner.wait_for_pattern(compiled, timeout_s, from_offset)
-
-    # -- workspace --------------------------------------------------------------------
-
-    def _ws(self, what: str) -> Workspace:
-        if self.workspace is None:
-            raise PolicyError(f"{what}: session {self.session_id!r} has no workspace")
-        return self.workspace
-
-    async def workspace_changes(self) -> builtins.list[Change]:
-        """What the session's tasks changed in the workspace (overlay mode)."""
-        return await self._ws("changes").changes()
-
-    async def workspace_diff(self) -> str:
-        """The changes as one unified diff that ``git apply`` accepts."""
-        return await self._ws("diff").diff()
-
-    async def apply_changes(self, *, force: bool = False, stop_tasks: bool = False) -> ApplyResult:
-        """Write the (non-ignored) changes to the host tree, backing up what they overwrite;
-        then start from a fresh upper. Conflicts (host files changed since the session
-        began) are refused unless ``force``; running tasks unless ``stop_tasks``."""
-        ws = self._ws("apply")
-        await self._quiesce("apply", stop_tasks)
-        return await ws.apply(force=force)
-
-    async def discard_changes(self, *, stop_tasks: bool = False) -> None:
-        """Drop every change."""
-        ws = self._ws("discard")
-        await self._quiesce("discard", stop_tasks)
-        await ws.discard()
-
-    async def undo_apply(self, *, force: bool = False, stop_tasks: bool = False) -> UndoResult:
-        """Put the host tree back as it was before the last apply; its changes are pending
-        again. Host edits made since the apply are refused unless ``force``."""
-        ws = self._ws("undo")
-        await self._quiesce("undo", stop_tasks)
-        return await ws.undo(force=force)
-
-    async def _quiesce(self, what: str, stop_tasks: bool) -> None:
-        """No container may hold the overlay: stop the tasks (if asked) and empty the pool."""
-        running = [r for r in self._runners.values() if not r.ended]
-        if running and not stop_tasks:
-            names = ", ".join(f"{r.task_id} ({r.ident.spec.label[:40]})" for r in running)
-            raise WorkspaceBusy(
-                f"{what}: session {self.session_id!r} still runs {len(running)} task(s): "
-                f"{names}; stop them first, or ask to stop them (stop_tasks)"
-            )
-        await stop_all(
-            list(self._runners.values()), "user_stopped", timeout_s=self._svc.end_timeout_s
-        )
-        # The session's own warm containers mount the overlay too.
-        await self._svc.pools.close_scope(self.session_id)
 
     # -- events ---------------------------------------------------------------------
 

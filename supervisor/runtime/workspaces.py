@@ -202,12 +202,13 @@ class Workspaces:
             return removed
         known = {w.volume for w in self._by_session.values()}
         for v in volumes:
+            if v.name in known:
+                continue  # a workspace of ours, whichever run made its volume
             if v.labels.get(LABEL_OWNER) != self.instance_id:
                 # Another supervisor's: reaped like its containers, once it is gone for good.
                 gone = await self._run(owner_alive, v.labels, self.orphan_grace_s) is False
             else:
-                sid = v.labels.get(LABEL_SESSION, "")
-                gone = v.name not in known and sid not in open_sessions
+                gone = v.labels.get(LABEL_SESSION, "") not in open_sessions
             if gone:
                 try:
                     await self.backend.remove_volume(v.name)

@@ -7,6 +7,7 @@ SQLite never sees two threads. Event appends are batched by the caller (group co
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -219,16 +220,23 @@ class StateStore:
     # -- events ---------------------------------------------------------------------
 
     async def append_events(self, rows: Sequence[tuple[str, int, str, str | None, str]]) -> None:
-        """Insert (session_id, seq, type, task_id, json) rows in one transaction."""
+        """Insert (session_id, seq, type, task_id, json) rows in one transaction.
+
+        The rows travel as one JSON parameter and one statement: ``executemany`` takes the
+        GIL back for every row, and while the event loop is busy each take waits a switch
+        interval (5 ms), so a large batch could hold the log back for minutes."""
 
         def q() -> None:
             conn = self._c()
+            batch = json.dumps(list(rows))
             conn.execute("BEGIN")
             try:
-                conn.executemany(
+                conn.execute(
                     "INSERT OR IGNORE INTO events(session_id, seq, type, task_id, data) "
-                    "VALUES(?,?,?,?,?)",
-                    rows,
+                    "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+                    "json_extract(value, '$[2]'), json_extract(value, '$[3]'), "
+                    "json_extract(value, '$[4]') FROM json_each(?)",
+                    (batch,),
                 )
                 conn.execute("COMMIT")
             except BaseException:

@@ -43,16 +43,28 @@ class Daemon:
         )
 
     def sbx(
-        self, *args: str, input: bytes | None = None, timeout: float = 120
+        self,
+        *args: str,
+        input: bytes | None = None,
+        timeout: float = 120,
+        cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
-        """Run the ``sbx`` CLI against this daemon."""
+        """Run the ``sbx`` CLI against this daemon (in ``cwd``: the project it runs on)."""
+        env = self.env
+        if cwd is not None:
+            # The package is imported from the checkout, wherever the command runs.
+            env = {
+                **env,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+            }
         return subprocess.run(
             [*SBX, *args],
-            env=self.env,
+            env=env,
             input=input,
             capture_output=True,
             timeout=timeout,
             check=False,
+            cwd=cwd,
         )
 
     def stop(self) -> int:
@@ -117,12 +129,27 @@ def start_daemon(
     raise RuntimeError(f"sbx serve did not answer within 30 s:\n{log.read_text()}")
 
 
+def projects_root(tmp_path: Path) -> Path:
+    """The workspace root of the fixture's daemon: projects made under it may be workspaces."""
+    root = tmp_path / "projects"
+    root.mkdir(exist_ok=True)
+    return root
+
+
 @pytest.fixture
 def daemon(tmp_path: Path, policies_dir: Path) -> Iterator[Daemon]:
-    """A private daemon with its own state dir, the test policies, loopback TCP on a free port.
-    Stopped with SIGTERM at the end (it stops its tasks on exit, leaving no containers)."""
+    """A private daemon with its own state dir, the test policies, loopback TCP on a free port
+    and ``<tmp_path>/projects`` as its one workspace root. Stopped with SIGTERM at the end (it
+    stops its tasks on exit, leaving no containers)."""
     require_engine()
-    d = start_daemon(tmp_path / "state", policies_dir, "--listen", "127.0.0.1:0")
+    d = start_daemon(
+        tmp_path / "state",
+        policies_dir,
+        "--listen",
+        "127.0.0.1:0",
+        "--workspace-root",
+        str(projects_root(tmp_path)),
+    )
     try:
         yield d
     finally:

@@ -153,7 +153,9 @@ def test_logs_follow_prints_everything_then_exits(cli: Daemon) -> None:
 
 
 def test_foreground_streams_output_and_exits_with_the_exit_code(cli: Daemon) -> None:
-    result = sbx(cli, "run", "--policy", "fast", "--", "sh", "-c", "echo out; exit 3")
+    result = sbx(
+        cli, "run", "--no-workspace", "--policy", "fast", "--", "sh", "-c", "echo out; exit 3"
+    )
     assert result.returncode == 3, result.stderr
     assert result.stdout == b"out\n"
     assert result.stderr == b""
@@ -286,7 +288,12 @@ def test_sessions_and_following_events_until_the_session_ends(cli: Daemon) -> No
         listed = ok(sbx(cli, "session", "list")).splitlines()
         assert any(line.split("\t")[0] == "s2" for line in listed)
         ended = json.loads(ok(sbx(cli, "session", "end", "s2", "--json")))
-        assert ended == {"session_id": "s2", "ended": True, "tasks_stopped": 1}
+        assert ended == {
+            "session_id": "s2",
+            "ended": True,
+            "tasks_stopped": 1,
+            "workspace_kept": False,
+        }
         out, err = follower.communicate(timeout=30)
     finally:
         if follower.poll() is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +24,8 @@ from schemathesis.core.failures import FailureGroup
 from schemathesis.core.parameters import ParameterLocation
 from schemathesis.core.result import Ok
 
-from tests.e2e.conftest import Daemon
+from tests.e2e.conftest import Daemon, projects_root
+from tests.e2e.projects import make_project
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
@@ -40,6 +42,9 @@ SID = "fuzz"
 SEMANTIC_REFUSALS = {
     ("POST /sessions/{session_id}/tasks", 400),
     ("POST /sessions/{session_id}/tasks", 422),
+    # Likewise a session's workspace: whether a path exists, is a directory under the
+    # daemon's workspace roots, or is the one an open session already has, no schema says.
+    ("POST /sessions", 400),
 }
 
 
@@ -50,11 +55,17 @@ def _clamp(value: Any) -> Any:
 
 
 def _keep_state_valid(
-    path: str, params: dict[str, Any], body: dict[str, Any], admin: httpx.Client
+    path: str, params: dict[str, Any], body: dict[str, Any], admin: httpx.Client, project: Path
 ) -> None:
     """Like the real ids, keep schema-valid bodies valid for the state the daemon is in
     (which no schema can say): an ack names a seq the session has reached, a wait-for
-    pattern is a regular expression Python compiles."""
+    pattern is a regular expression Python compiles, a workspace is a project under the
+    daemon's roots, with a policy that exists."""
+    if path == "/sessions":
+        if isinstance(body.get("workspace"), dict):
+            body["workspace"] = {**body["workspace"], "path": str(project)}
+        if "policy" in body:
+            body["policy"] = "fast"
     if path.endswith("/notifications/ack") and isinstance(body.get("seq"), (int, float)):
         sid = params.get("session_id", SID)
         last = admin.get(f"/sessions/{sid}").json().get("last_seq", 0)
@@ -66,11 +77,17 @@ def _keep_state_valid(
             body["pattern"] = re.escape(body["pattern"])
 
 
-def test_fuzz_api_conforms_to_its_openapi(daemon: Daemon) -> None:
+def test_fuzz_api_conforms_to_its_openapi(daemon: Daemon, tmp_path: Path) -> None:
     assert daemon.tcp is not None
     base_url = f"http://{daemon.tcp}"
     admin = daemon.client()
-    tok = admin.post("/sessions", json={"session_id": SID}).json()["token"]
+    # The session has a workspace, so that its workspace routes answer (and the tasks the
+    # fuzzer starts run on it).
+    project = make_project(projects_root(tmp_path) / "fuzz", {"README": "fuzz\n"})
+    opened = admin.post(
+        "/sessions", json={"session_id": SID, "workspace": {"path": str(project)}}
+    ).json()
+    tok = opened["token"]
     tasks = f"/sessions/{SID}/tasks"
     done = admin.post(
         tasks, json={"command": "echo fuzz; printf 'caf\\303\\251 \\377\\n'", "policy": "fast"}
@@ -154,7 +171,7 @@ def test_fuzz_api_conforms_to_its_openapi(daemon: Daemon) -> None:
             if case.path == "/sessions/{session_id}/tasks":
                 body["policy"] = "fast"  # small image, 1 s grace: cheap to start and stop
             if positive:
-                _keep_state_valid(case.path, case.path_parameters or {}, body, admin)
+                _keep_state_valid(case.path, case.path_parameters or {}, body, admin, project)
             if body != case.body:
                 case.body = body
         return auth

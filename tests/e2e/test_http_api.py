@@ -449,7 +449,12 @@ def test_task_lifecycle(daemon: Daemon, send: Send) -> None:
     assert r.json()["timeout_ms"] is None
     r = send("DELETE", base, token=tok)
     assert r.status == 200, r.content
-    assert r.json() == {"session_id": sid, "ended": True, "tasks_stopped": 1}
+    assert r.json() == {
+        "session_id": sid,
+        "ended": True,
+        "tasks_stopped": 1,
+        "workspace_kept": False,
+    }
     assert session_containers(sid) == []
     r = send("GET", base, token=tok)
     assert r.status == 401
@@ -911,7 +916,12 @@ async def test_sbx_client_round_trip(daemon: Daemon) -> None:
         assert [e["seq"] for e in events["events"]] == [1, 2]
 
         ended = await c.end_session("client")
-        assert ended == {"session_id": "client", "ended": True, "tasks_stopped": 0}
+        assert ended == {
+            "session_id": "client",
+            "ended": True,
+            "tasks_stopped": 0,
+            "workspace_kept": False,
+        }
         with pytest.raises(Unauthorized) as refused:
             await c.tasks("client")
         assert (refused.value.status, refused.value.code) == (401, "unauthorized")

@@ -33,6 +33,7 @@ TOOLS = {
     "task_input",
     "task_wait",
     "monitor_start",
+    "workspace_changes",
 }
 DEV_SERVER = 'echo starting; sleep 1; echo "ready on :3000"; while true; do sleep 1; done'
 _BG = re.compile(
@@ -77,8 +78,10 @@ def text_of(result: types.CallToolResult) -> str:
 
 
 @asynccontextmanager
-async def mcp_client(daemon: Daemon, *extra: str) -> AsyncIterator[Mcp]:
-    """``sbx mcp`` as a stdio subprocess of the official client, on the fixture's daemon."""
+async def mcp_client(daemon: Daemon, *extra: str, cwd: Path = REPO) -> AsyncIterator[Mcp]:
+    """``sbx mcp`` as a stdio subprocess of the official client, on the fixture's daemon,
+    started in ``cwd`` (as agent clients start it in their project)."""
+    env = {**daemon.env, "PYTHONPATH": str(REPO)}
     params = StdioServerParameters(
         command=sys.executable,
         args=[
@@ -89,8 +92,8 @@ async def mcp_client(daemon: Daemon, *extra: str) -> AsyncIterator[Mcp]:
             str(daemon.state_dir),
             *extra,
         ],
-        env=daemon.env,
-        cwd=str(REPO),
+        env=env,
+        cwd=str(cwd),
     )
     errlog = daemon.state_dir.parent / "mcp-stderr.log"
     holder: list[Mcp] = []
@@ -260,7 +263,11 @@ async def test_list_tools_shows_every_tool_with_schemas(daemon: Daemon) -> None:
         assert tools["task_input"].input_schema["required"] == ["task_id", "text"]
         assert tools["task_wait"].input_schema["properties"]["timeout"]["default"] == 30_000
         assert tools["task_list"].input_schema.get("properties", {}) == {}
-        for name in ("task_output", "task_list", "task_wait"):
+        assert set(tools["workspace_changes"].input_schema["properties"]) == {
+            "include_diff",
+            "ignored",
+        }
+        for name in ("task_output", "task_list", "task_wait", "workspace_changes"):
             annotations = tools[name].annotations
             assert annotations is not None and annotations.read_only_hint is True
 

@@ -17,6 +17,7 @@ _MODULES = (
     "supervisor.interfaces.cli.run",
     "supervisor.interfaces.cli.tasks",
     "supervisor.interfaces.cli.sessions",
+    "supervisor.interfaces.cli.workspace",
     "supervisor.interfaces.cli.serve",
     "supervisor.interfaces.cli.mcp",
     "supervisor.interfaces.cli.policies",
@@ -28,6 +29,7 @@ EPILOG = """\
 examples:
   sbx run -- make test       run a command in a sandbox, stream its output
   sbx run --bg -- npm start  in the background; then sbx ps, logs -f, stop
+  sbx workspace diff         in a project: what the commands changed (then apply)
   sbx doctor                 check the engine, runtimes and images
   sbx images build           build the sandbox images (offline)
   sbx serve --banner         run the daemon (what `make run` does) and say how to connect

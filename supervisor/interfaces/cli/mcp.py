@@ -10,15 +10,28 @@ from supervisor.interfaces.cli.common import HelpFormatter
 EPILOG = """\
 examples:
   sbx mcp                                 serve on stdin/stdout (start it from an MCP client)
+  sbx mcp --policy dev                    the toolchain image; tasks reach each other
   sbx mcp --policy untrusted              every task under the gVisor policy
-  claude mcp add sbx -- /path/to/.venv/bin/sbx mcp
+  sbx mcp --workspace ~/src/app --workspace-mode ro
+  claude mcp add sbx -- /path/to/.venv/bin/sbx mcp --policy dev
 
 One MCP connection is one session: it is created when the server starts and ended (every
 container stopped and removed) when the client closes the connection or sends SIGTERM.
 If no daemon answers, one is started in the background (said on stderr; stdout carries
 the protocol).
 
-tools: bash, task_output, task_stop, task_list, task_input, task_wait, monitor_start.
+Workspace: agent clients start MCP servers in the project, so the current directory is the
+session's workspace (at the same path inside, as its owner) when it is under one of the
+daemon's workspace roots (sbx serve --workspace-root; default: the home directory of the
+user running the daemon). Elsewhere the server runs without one and says so, on stderr
+and to the agent. In overlay mode (the default) the agent's writes stay out of the project
+until you apply them; the session id is on stderr at start, and its changes are kept when
+the session ends:
+  sbx workspace diff --session mcp-1a2b3c4d5e6f
+  sbx workspace apply --session mcp-1a2b3c4d5e6f
+
+tools: bash, task_output, task_stop, task_list, task_input, task_wait, monitor_start,
+workspace_changes (read-only), workspace_apply (only with --allow-agent-apply).
 Notifications (<task-notification>, <background_task_poll>, <task-output>) are appended to
 every tool result, each exactly once, and also sent as MCP log messages.
 """
@@ -52,6 +65,31 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         metavar="D",
         help="the daemon's state directory (default: $SBX_STATE_DIR or ~/.local/state/sbx)",
     )
+    ws = p.add_argument_group("workspace")
+    which = ws.add_mutually_exclusive_group()
+    which.add_argument(
+        "--workspace",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the project directory (default: the current directory, when the daemon allows "
+        "it); refused: exit with an error",
+    )
+    which.add_argument(
+        "--no-workspace", action="store_true", help="no project directory: scratch space only"
+    )
+    ws.add_argument(
+        "--workspace-mode",
+        choices=("overlay", "ro", "rw"),
+        default=None,
+        help="overlay (default): the agent's writes stay out of the project until you "
+        "apply them; ro: read-only; rw: writes go to the project directly",
+    )
+    ws.add_argument(
+        "--allow-agent-apply",
+        action="store_true",
+        help="offer the agent a workspace_apply tool (default: applying is yours to do)",
+    )
     p.set_defaults(func=run)
 
 
@@ -59,5 +97,13 @@ def run(args: argparse.Namespace) -> int:
     from supervisor.interfaces.mcp.server import McpOptions, main  # noqa: PLC0415
 
     return main(
-        McpOptions(state_dir=args.state_dir, session_prefix=args.session_prefix, policy=args.policy)
+        McpOptions(
+            state_dir=args.state_dir,
+            session_prefix=args.session_prefix,
+            policy=args.policy,
+            workspace=args.workspace,
+            workspace_mode=args.workspace_mode,
+            no_workspace=args.no_workspace,
+            allow_agent_apply=args.allow_agent_apply,
+        )
     )

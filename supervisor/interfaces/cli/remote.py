@@ -52,7 +52,11 @@ class CliError(SupervisorError):
 
 
 def add_daemon_options(
-    parser: argparse.ArgumentParser, *, session: bool = True, by_task: bool = False
+    parser: argparse.ArgumentParser,
+    *,
+    session: bool = True,
+    by_task: bool = False,
+    session_help: str | None = None,
 ) -> None:
     """``--state-dir`` (which daemon) and, for session-scoped commands, ``--session``
     (``by_task``: commands naming a task find its session unless told)."""
@@ -72,15 +76,14 @@ def add_daemon_options(
             "--session",
             default=None,
             metavar="S",
-            help="the task's session (default: whichever open session has the task)"
-            if by_task
-            else f"session id (default: $SBX_SESSION or {DEFAULT_SESSION!r})",
+            help=session_help
+            or (
+                "the task's session (default: whichever open session has the task)"
+                if by_task
+                else "session id (default: $SBX_SESSION, else the current directory's "
+                f"session if it has one, else {DEFAULT_SESSION!r})"
+            ),
         )
-
-
-def session_id(args: argparse.Namespace) -> str:
-    """``--session``, else ``$SBX_SESSION``, else ``default``."""
-    return str(getattr(args, "session", None) or os.environ.get("SBX_SESSION") or DEFAULT_SESSION)
 
 
 # -- running a command --------------------------------------------------------------------

@@ -21,13 +21,12 @@ from supervisor.interfaces.cli.common import (
     print_json,
     want_plain,
 )
+from supervisor.interfaces.cli.project import add_workspace_options, open_run_session
 from supervisor.interfaces.cli.remote import (
     CliError,
     add_daemon_options,
     call,
-    ensure_session,
     error_message,
-    session_id,
     wait_started,
 )
 
@@ -55,7 +54,19 @@ COMMAND runs as `sh -c COMMAND` in the policy's image. Several words are joined 
 quoting (`sbx run -- ls -l "a b"`); a single word is the shell command as is
 (`sbx run -- 'make && make test'`).
 
+Workspace: run in a project directory and the command runs on it, at the same path, as the
+directory's owner (the daemon allows directories under its --workspace-root, by default
+the home directory of the user running it; elsewhere sbx says so and runs without one).
+Each project directory has a session of its own (ws-<name>-<hash>), which sbx ps, events
+and workspace find again from that directory. In overlay mode (the default) the project
+on disk stays as it is: review with `sbx workspace diff`, then `sbx workspace apply`.
+
 examples:
+  cd ~/src/app && sbx run --policy dev -- python3 -m pytest -q
+                                               the project's tests; the project unchanged
+  sbx workspace diff; sbx workspace apply      review what they wrote, then keep it
+  sbx run --workspace ~/src/app --workspace-mode ro -- make lint
+  sbx run --no-workspace -- uname -a           no project: a scratch working directory
   sbx run -- sh -c 'echo out; exit 3'          prints out, exits 3
   sbx run --timeout 30s -- make test           foreground, stopped after 30 s (exit 124)
   echo hello | sbx run -- tr a-z A-Z           stdin is forwarded
@@ -143,6 +154,7 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     p.add_argument(
         "--json", action="store_true", help="with --bg/--monitor: print the TaskInfo as JSON"
     )
+    add_workspace_options(p)
     add_daemon_options(p)
     p.add_argument(
         "command",
@@ -195,8 +207,7 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _run(client: SbxClient, args: argparse.Namespace) -> int:
-    sid = session_id(args)
-    await ensure_session(client, sid)
+    sid = await open_run_session(client, args, args.policy, EXIT_START_FAILED)
     try:
         info = await client.start(sid, _spec(args))
     except SupervisorError as exc:

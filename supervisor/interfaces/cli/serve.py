@@ -14,6 +14,8 @@ examples:
   sbx serve                                  unix socket in <state-dir>/daemon/sbx.sock
   sbx serve --listen 127.0.0.1:8377          also loopback TCP (bearer token required)
   sbx serve --stop-tasks-on-exit             stop tasks on SIGTERM instead of leaving them
+  sbx serve --workspace-root ~/src --workspace-root /srv/projects
+                                             projects there may be session workspaces
   sbx serve --webhook https://example/hook --webhook-secret-file secret.txt
 
 The admin token is in <state-dir>/daemon/admin.token (mode 0600).
@@ -84,7 +86,10 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         action="append",
         type=Path,
         default=[],
-        help="host directory policies may mount as a workspace (repeatable)",
+        metavar="DIR",
+        help="directory under which sessions may have their workspace (repeatable; default: "
+        "$SBX_WORKSPACE_ROOTS, ':'-separated, else the home directory of the user running "
+        "the daemon)",
     )
     p.add_argument(
         "--max-connections",

@@ -15,13 +15,13 @@ from supervisor.interfaces.cli.common import (
     print_table,
     want_plain,
 )
+from supervisor.interfaces.cli.project import current_session
 from supervisor.interfaces.cli.remote import (
     CliError,
     add_daemon_options,
     call,
     ensure_session,
     format_time,
-    session_id,
 )
 from supervisor.interfaces.client import FOLLOW_WAIT_S
 
@@ -47,6 +47,9 @@ examples:
 """
 
 SESSION_LIST_EPILOG = """\
+Columns: SESSION, TASKS (started), RUNNING, LAST SEQ (newest event), CREATED and WORKSPACE
+(the project directory its tasks run on, and the mode; - for none).
+
 examples:
   sbx session list
   sbx session list --json | jq -r '.[].session_id'
@@ -57,7 +60,8 @@ Every task of the session is stopped (SIGTERM, grace, SIGKILL) and its container
 the session's tokens are revoked. Its records stay: using the id again opens it anew.
 
 examples:
-  sbx session end                  the current session ($SBX_SESSION or default)
+  sbx session end                  the current session ($SBX_SESSION, the current
+                                   directory's, or default)
   sbx session end ci-42 --json
 """
 
@@ -123,7 +127,8 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         nargs="?",
         default=None,
         metavar="S",
-        help="session id (default: --session, $SBX_SESSION or default)",
+        help="session id (default: --session, $SBX_SESSION, the current directory's "
+        "session, or default)",
     )
     end.add_argument("--json", action="store_true", help="machine-readable output")
     add_daemon_options(end)
@@ -137,7 +142,7 @@ _seq = nonnegative_int("an event seq number")
 
 
 async def _events(client: SbxClient, args: argparse.Namespace) -> int:
-    sid = session_id(args)
+    sid = await current_session(client, args)
     await ensure_session(client, sid)
     try:
         if args.format == "xml":
@@ -195,22 +200,35 @@ async def _session_list(client: SbxClient, args: argparse.Namespace) -> int:
             s.get("running", 0),
             s.get("last_seq", 0),
             format_time(s.get("created_at")),
+            _workspace(s.get("workspace")),
         ]
         for s in sessions
     ]
-    print_table(["session", "tasks", "running", "last seq", "created"], rows)
+    print_table(["session", "tasks", "running", "last seq", "created", "workspace"], rows)
     return 0
 
 
+def _workspace(ws: object) -> str:
+    """``/path (mode)``, or ``-`` for a session without a workspace."""
+    if not isinstance(ws, dict):
+        return "-"
+    return f"{ws.get('path')} ({ws.get('mode')})"
+
+
 async def _session_end(client: SbxClient, args: argparse.Namespace) -> int:
-    sid = args.session_arg or session_id(args)
+    sid = args.session_arg or await current_session(client, args)
     try:
         body = await client.end_session(sid)
     except (SessionNotFound, NotFound) as exc:
         raise CliError(f"no open session {sid!r}") from exc
     if args.json:
         print_json(body)
-    else:
-        n = int(body.get("tasks_stopped", 0))
-        sys.stdout.write(f"session {sid} ended; {n} running task{'s' if n != 1 else ''} stopped\n")
+        return 0
+    n = int(body.get("tasks_stopped", 0))
+    sys.stdout.write(f"session {sid} ended; {n} running task{'s' if n != 1 else ''} stopped\n")
+    if body.get("workspace_kept"):
+        sys.stdout.write(
+            f"its workspace changes are kept: review them with "
+            f"`sbx workspace diff --session {sid}`, then apply or discard them\n"
+        )
     return 0

@@ -21,6 +21,7 @@ from supervisor.interfaces.cli.common import (
     print_table,
     want_plain,
 )
+from supervisor.interfaces.cli.project import current_session
 from supervisor.interfaces.cli.remote import (
     CliError,
     add_daemon_options,
@@ -28,7 +29,6 @@ from supervisor.interfaces.cli.remote import (
     describe_end,
     locate_task,
     one_line,
-    session_id,
     wait_started,
 )
 from supervisor.interfaces.client import READ_CHUNK
@@ -43,7 +43,8 @@ OUTCOME (exit code, timeout, user stopped, ...; stalled while waiting for input)
 Piped, the rows are tab-separated with no header and nothing cut.
 
 examples:
-  sbx ps                          tasks of the current session ($SBX_SESSION or default)
+  sbx ps                          tasks of the current session ($SBX_SESSION, else the
+                                  current directory's, else default)
   sbx ps --active                 only those still running
   sbx ps --all-sessions
   sbx ps --json | jq -r '.[] | select(.status == "running") | .task_id'
@@ -186,7 +187,7 @@ async def _ps(client: SbxClient, args: argparse.Namespace) -> int:
     if args.all_sessions:
         sids = [str(s["session_id"]) for s in await client.sessions()]
     else:
-        sids = [session_id(args)]
+        sids = [await current_session(client, args)]
     tasks: list[TaskJson] = []
     for sid in sids:
         # A session nobody used yet has no tasks (and the daemon does not know it).

@@ -7,16 +7,25 @@ import functools
 import json
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 from supervisor.core.errors import EngineUnavailable
+from supervisor.core.ids import check_session_id
 from supervisor.core.problems import InvalidRequest
+from supervisor.core.workspace import WorkspaceSpec
 from supervisor.interfaces.daemon import errors
 from supervisor.interfaces.daemon.auth import Auth, Principal
 from supervisor.interfaces.daemon.bodies import CreateSession
-from supervisor.interfaces.daemon.deps import Admin, SessionId, Who, session_info, session_of
+from supervisor.interfaces.daemon.deps import (
+    Admin,
+    SessionId,
+    Who,
+    known_query,
+    session_info,
+    session_of,
+)
 from supervisor.interfaces.daemon.event_routes import add_event_routes
 from supervisor.interfaces.daemon.guard import PUBLIC_PATHS, AppConfig, RequestGuard
 from supervisor.interfaces.daemon.limits import (
@@ -35,6 +44,7 @@ from supervisor.interfaces.daemon.replies import (
     error_responses,
 )
 from supervisor.interfaces.daemon.task_routes import add_task_routes
+from supervisor.interfaces.daemon.workspace_routes import add_workspace_routes
 from supervisor.runtime.supervisor import Supervisor
 
 #: The OpenAPI description of the API.
@@ -46,9 +56,17 @@ without one, every path answers 401 (never 404 or 405). Errors are
 `{{"error": {{"code", "message", ...}}}}`.
 
 Request bodies: at most {DEFAULT_BODY_LIMIT} bytes, except a task start
-({BODY_LIMITS["/sessions/{session_id}/tasks"]}) and `/input`
+({BODY_LIMITS["/sessions/{session_id}/tasks"]}), `/input`
 ({BODY_LIMITS["/sessions/{session_id}/tasks/{task_id}/input"]}, and at most
-{MAX_INPUT_BYTES} bytes of stdin per request); over it: 413 before the body is read.
+{MAX_INPUT_BYTES} bytes of stdin per request) and the workspace's apply, undo and discard
+({BODY_LIMITS["/sessions/{session_id}/workspace/apply"]}); over it: 413 before the body is
+read.
+
+A session may have a workspace (`POST /sessions` with `workspace`): the project directory
+its tasks run in. In `overlay` mode their writes stay in a layer of the session's own,
+listed, diffed, applied (with a backup, so it can be undone) or discarded under
+`/sessions/{{id}}/workspace/`. When the session ends, changes not yet applied are kept
+(7 days by default); those routes then answer to the admin token.
 JSON types are strict (`false` is not `0`, `"1"` is not `1`) and strings must be valid
 Unicode.
 """
@@ -67,6 +85,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
         # itself is served to authenticated callers only.
         docs_url=None,
         redoc_url=None,
+        dependencies=[Depends(known_query)],
     )
     app.add_middleware(RequestGuard, auth=auth, config=config, routes=lambda: app.router.routes)
     errors.install(app)
@@ -74,6 +93,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     _session_routes(app, sup, auth)
     add_task_routes(app, sup)
     add_event_routes(app, sup)
+    add_workspace_routes(app, sup)
     app.openapi = functools.partial(_openapi, app)  # type: ignore[method-assign]
     return app
 
@@ -146,14 +166,21 @@ def _session_routes(app: FastAPI, sup: Supervisor, auth: Auth) -> None:
         status_code=201,
         tags=["sessions"],
         response_model=CreatedSession,
-        responses=error_responses(404, 413, 507),
+        responses=error_responses(400, 404, 413, 507),
     )
     async def create_session(body: CreateSession, who: Admin) -> dict[str, Any]:
-        """Admin only: open a session (idempotent per id) and mint a token for it."""
-        try:
-            session = await sup.open_session(body.session_id)
-        except ValueError as exc:
-            raise InvalidRequest([("session_id", str(exc))]) from exc
+        """Admin only: open a session (idempotent per id) and mint a token for it.
+        ``workspace``: the project its tasks run on, fixed when it opens; a path outside
+        the daemon's workspace roots is a 400 (workspace_outside_roots) naming them."""
+        if body.session_id is not None:
+            try:
+                check_session_id(body.session_id)
+            except ValueError as exc:
+                raise InvalidRequest([("session_id", str(exc))]) from exc
+        spec = None
+        if body.workspace is not None:
+            spec = WorkspaceSpec(path=body.workspace.path, mode=body.workspace.mode)
+        session = await sup.open_session(body.session_id, workspace=spec, policy=body.policy)
         token, digest = auth.new_session_token(session.session_id)
         session.token_digests.append(digest)
         # Each call mints a token; keep the newest few live so "ensure the session exists"
@@ -188,7 +215,13 @@ def _session_routes(app: FastAPI, sup: Supervisor, auth: Auth) -> None:
         running = session.running_count()
         await session.end()
         auth.revoke(session_id)
-        return {"session_id": session_id, "ended": True, "tasks_stopped": running}
+        return {
+            "session_id": session_id,
+            "ended": True,
+            "tasks_stopped": running,
+            # The session's end has handed its workspace over: kept when it has changes.
+            "workspace_kept": sup.workspaces.get(session_id) is not None,
+        }
 
     @app.delete(
         "/sessions/{session_id}",

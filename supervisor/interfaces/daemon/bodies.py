@@ -10,7 +10,7 @@ import json
 import re
 import types
 import typing
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -89,11 +89,61 @@ class _Body(BaseModel):
         return whole_numbers_as_int(cls, data)
 
 
+#: A policy's name (its file name without ``.toml``).
+POLICY_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]*$"
+
+
+class WorkspaceBody(_Body):
+    """The project directory a session's tasks run on, and how they see it."""
+
+    path: Annotated[str, Field(min_length=1, max_length=4096, pattern=_NO_NUL)]
+    """An absolute host directory under one of the daemon's workspace roots (a relative
+    path is taken from the daemon's working directory: send absolute paths)."""
+    mode: Literal["overlay", "ro", "rw"] = "overlay"
+    """``overlay``: writes go to a layer of the session's own, reviewed and applied later;
+    ``ro``: read-only; ``rw``: read-write (``.git/hooks`` and ``.git/config`` stay
+    read-only)."""
+
+
 class CreateSession(_Body):
     """Open (or re-open) a session and get a token for it."""
 
     session_id: Annotated[str, Field(pattern=SESSION_ID_RE.pattern)] | None = None
     """1-64 letters, digits, ``_.-``, starting with a letter or digit; omitted: a random id."""
+    workspace: WorkspaceBody | None = None
+    """The session's workspace, fixed when it opens (re-opening with another one is a
+    policy_error). Omitted: none (tasks get the policy's scratch working directory)."""
+    policy: Annotated[str, Field(min_length=1, max_length=64, pattern=POLICY_NAME_PATTERN)] = (
+        "default"
+    )
+    """The policy whose ``workspace_root_owner`` decides whom tasks of a root-owned
+    workspace run as (each task still names its own policy)."""
+
+
+class ApplyBody(_Body):
+    """Apply a session's workspace changes to the host project."""
+
+    force: bool = False
+    """Overwrite host files changed since the session started (conflicts); they are backed
+    up, so ``undo`` restores them."""
+    stop_tasks: bool = False
+    """Stop the session's running tasks first (else a running task is a 409)."""
+
+
+class UndoBody(_Body):
+    """Undo the last apply."""
+
+    force: bool = False
+    """Also put back files changed on the host since the apply (else a 409 naming them)."""
+    stop_tasks: bool = False
+    """Stop the session's running tasks first (else a running task is a 409)."""
+
+
+class DiscardBody(_Body):
+    """Drop every change of a session's workspace."""
+
+    stop_tasks: bool = False
+    """Stop the session's running tasks first (else a running task is a 409)."""
 
 
 #: Duration string field -> (TaskSpec field it stands for, seconds-to-unit factor).

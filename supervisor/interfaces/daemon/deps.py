@@ -8,15 +8,18 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Path, Request
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BeforeValidator
 
 from supervisor.core.errors import NotFound, SessionNotFound, Unauthorized
 from supervisor.core.ids import SESSION_ID_RE, TASK_ID_RE
+from supervisor.core.problems import InvalidRequest
 from supervisor.interfaces.daemon.auth import Principal
 from supervisor.interfaces.daemon.guard import principal_of
 from supervisor.runtime.session import Session
 from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.workspace import Workspace
 
 #: Declares the bearer scheme in the OpenAPI document; the request guard has already
 #: checked the token (before the body was read) when a route runs.
@@ -90,11 +93,65 @@ NUMBER = BeforeValidator(_spelled(_NUMBER, "a number"))
 BOOLEAN = BeforeValidator(_boolean)
 
 
+#: (path template, methods) -> the query parameters that route declares. Keyed by what
+#: names a route, since routes themselves are not hashable.
+_QUERY_NAMES: dict[tuple[str, frozenset[str]], frozenset[str]] = {}
+
+
+def _query_names(route: APIRoute) -> frozenset[str]:
+    """The query parameters ``route`` declares, its dependencies' included."""
+    key = (route.path, frozenset(route.methods or ()))
+    known = _QUERY_NAMES.get(key)
+    if known is not None:
+        return known
+    names: set[str] = set()
+    pending = [route.dependant]
+    while pending:
+        dependant = pending.pop()
+        names.update(p.alias for p in dependant.query_params)
+        pending.extend(dependant.dependencies)
+    found = _QUERY_NAMES[key] = frozenset(names)
+    return found
+
+
+async def known_query(request: Request) -> None:
+    """An app-wide dependency: a query parameter no route declares is a 422 naming it, as
+    an unknown field of a JSON body is (a misspelt ``activ=true`` is never silently
+    ignored)."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or not request.query_params:
+        return
+    allowed = _query_names(route)
+    unknown = sorted({k for k in request.query_params if k not in allowed})
+    if unknown:
+        takes = ", ".join(sorted(allowed)) or "none"
+        raise InvalidRequest(
+            [
+                (f"query.{name[:40]}", f"unknown parameter (this route takes: {takes})")
+                for name in unknown
+            ]
+        )
+
+
 def session_of(sup: Supervisor, session_id: str, who: Principal) -> Session:
     """The session, if ``who`` may see it; SessionNotFound otherwise."""
     if not who.admin and who.session_id != session_id:
         raise SessionNotFound(session_id)
     return sup.session(session_id)
+
+
+def workspace_info(ws: Workspace | None) -> dict[str, Any] | None:
+    """A WorkspaceInfo reply (None without a workspace)."""
+    if ws is None:
+        return None
+    plan = ws.plan
+    return {
+        "path": plan.host,
+        "container_path": plan.container_path,
+        "mode": plan.mode,
+        "owner": {"uid": plan.owner[0], "gid": plan.owner[1]},
+        "warning": plan.warning,
+    }
 
 
 def session_info(session: Session) -> dict[str, Any]:
@@ -106,4 +163,5 @@ def session_info(session: Session) -> dict[str, Any]:
         "tasks": session.task_count(),
         "running": session.running_count(),
         "last_seq": session.event_log.last_seq,
+        "workspace": workspace_info(session.workspace),
     }

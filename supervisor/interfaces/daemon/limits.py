@@ -24,6 +24,10 @@ DEFAULT_BODY_LIMIT = 64 * KIB
 BODY_LIMITS: dict[str, int] = {
     "/sessions/{session_id}/tasks": 1 * MIB,
     "/sessions/{session_id}/tasks/{task_id}/input": 2 * MIB,
+    # Two booleans at most: a body that needs more is not one of ours.
+    "/sessions/{session_id}/workspace/apply": 1 * KIB,
+    "/sessions/{session_id}/workspace/undo": 1 * KIB,
+    "/sessions/{session_id}/workspace/discard": 1 * KIB,
 }
 #: Bytes of stdin one ``/input`` request may carry (after base64 decoding).
 MAX_INPUT_BYTES = 1 * MIB

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from supervisor.core.events import Event
 from supervisor.core.models import TaskInfo
+from supervisor.state.workspace import ChangeKind, FileType
 
 
 class _Reply(BaseModel):
@@ -39,6 +40,18 @@ class ErrorDetail(_Reply):
     """``request_too_large``, ``input_too_large``: the limit in bytes."""
     allowed: list[str] | None = None
     """``method_not_allowed``: the route's methods (also in the ``Allow`` header)."""
+    session_id: str | None = None
+    """``session_not_found``: the session asked for."""
+    task_id: str | None = None
+    """``task_not_found``: the task asked for."""
+    field: str | None = None
+    """``invalid_spec``: the spec field at fault, when one is."""
+    paths: list[str] | None = None
+    """``workspace_conflict``, ``workspace_unsafe_path``: every path concerned."""
+    task_ids: list[str] | None = None
+    """``workspace_busy``: the session's tasks still running."""
+    roots: list[str] | None = None
+    """``workspace_outside_roots``: the daemon's allowed workspace roots."""
 
 
 class ErrorBody(_Reply):
@@ -67,6 +80,28 @@ class Health(_Reply):
     """Tasks not yet ended, across sessions."""
 
 
+class Owner(_Reply):
+    """Who owns a workspace's root directory on the host."""
+
+    uid: int
+    gid: int
+
+
+class WorkspaceInfo(_Reply):
+    """A session's workspace."""
+
+    path: str
+    """The project directory on the host (its realpath)."""
+    container_path: str
+    """Where tasks see it and run in: the same path, or ``/workspace`` (see warning)."""
+    mode: Literal["overlay", "ro", "rw"]
+    owner: Owner
+    """Owner of the directory: tasks run as this uid:gid (as the policy's
+    ``workspace_root_owner`` says when it is root)."""
+    warning: str | None = None
+    """Why tasks do not see the workspace at its own path, when they do not."""
+
+
 class SessionInfo(_Reply):
     """One session."""
 
@@ -80,6 +115,9 @@ class SessionInfo(_Reply):
     """Tasks not yet ended."""
     last_seq: int
     """Seq of the session's newest event."""
+    workspace: WorkspaceInfo | None = None
+    """The project its tasks run on; null without one. Pending changes:
+    ``GET /sessions/{id}/workspace/changes`` (listing them walks the session's layer)."""
 
 
 class CreatedSession(SessionInfo):
@@ -96,6 +134,54 @@ class EndedSession(_Reply):
     ended: Literal[True]
     tasks_stopped: int
     """Tasks that were still running and were stopped."""
+    workspace_kept: bool = False
+    """The session's overlay holds changes, kept (default: 7 days) until applied or
+    discarded through ``/sessions/{id}/workspace/...`` with the admin token."""
+
+
+class ChangeInfo(_Reply):
+    """One change a session's tasks made to its overlay workspace."""
+
+    path: str
+    """Relative to the workspace root; bytes that are not UTF-8 shown as ``\\xNN`` (the
+    exact name is then in ``path_b64``)."""
+    path_b64: str | None = None
+    """The exact name, base64, when it is not UTF-8."""
+    kind: ChangeKind
+    """added, modified (bytes or symlink target), deleted, replaced (type changed, or a
+    directory replaced as a whole), mode (permission bits only)."""
+    file_type: FileType
+    """The new entry's type (the old one's for deleted)."""
+    size: int
+    """Bytes of the new file (the old one's for deleted); a symlink's target length."""
+    old_type: FileType | None
+    old_mode: int | None
+    """Permission bits of the host's entry, when there is one."""
+    new_mode: int | None
+    old_size: int | None
+    binary: bool
+    ignored: bool
+    """Matched by .gitignore or the default ignores (node_modules, .venv, ...): apply
+    leaves it out."""
+    conflict: bool
+    """The host's entry changed since the session started: apply refuses it unless forced."""
+    conflict_reason: str | None
+    target: str | None
+    """The new symlink's target."""
+    target_b64: str | None = None
+    old_target: str | None
+    old_target_b64: str | None = None
+    note: str | None
+    """Anything else: special files apply skips, hard links, mount points."""
+    applicable: bool
+    """Whether apply can carry it over (devices, fifos and sockets cannot)."""
+
+
+class Discarded(_Reply):
+    """What discarding a workspace's changes did."""
+
+    session_id: str
+    discarded: Literal[True]
 
 
 class OutputText(_Reply):
@@ -198,14 +284,17 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 ERROR_DESCRIPTIONS: dict[int, str] = {
-    400: "Refused by the policy (policy_error, invalid_spec)",
+    400: "Refused by the policy (policy_error, invalid_spec, workspace_outside_roots, "
+    "workspace_unsafe_path)",
     401: "Missing or invalid bearer token (unauthorized)",
     403: "TCP listener: Host or Origin not allowed (forbidden_host, forbidden_origin)",
-    404: "No such session, task or resource (session_not_found, task_not_found, not_found)",
+    404: "No such session, task or resource (session_not_found, task_not_found, not_found, "
+    "no_workspace, workspace_no_backup)",
     405: "The route exists with other methods (method_not_allowed; see the Allow header)",
     408: "The request's head or body did not arrive in time (request_timeout)",
-    409: "The task or session already ended, or stdin is closed "
-    "(task_not_running, session_ended, stdin_closed)",
+    409: "The task or session already ended, stdin is closed, the workspace's tasks still "
+    "run or host files changed meanwhile (task_not_running, session_ended, stdin_closed, "
+    "workspace_busy, workspace_conflict, workspace_error)",
     413: "The body is over the route's limit, or the input over its cap "
     "(request_too_large, input_too_large)",
     422: "The request does not fit the schema (invalid_request; fields names each one)",

@@ -36,13 +36,14 @@ from supervisor.core.render import render_xml
 from supervisor.core.text import describe_end, utf8_safe_end
 from supervisor.core.wire import make_error
 from supervisor.interfaces.client import SbxClient, task_info
-from supervisor.interfaces.mcp import texts
+from supervisor.interfaces.mcp import texts, workspace_texts
 from supervisor.interfaces.mcp.texts import (
     HEAD_CHARS,
     MAX_OUTPUT_CHARS,
     NOTIFY_MAX_CHARS,
     READ_BYTES,
 )
+from supervisor.interfaces.mcp.workspace_texts import WorkspaceJson
 
 #: Extra time a foreground wait allows after the command's timeout (grace period, removal).
 FOREGROUND_SLACK_S: Final = 30.0
@@ -88,10 +89,22 @@ def _decode(data: bytes, final: bool) -> tuple[str, int]:
 class SessionBridge:
     """One MCP connection's session on the daemon (see the module docstring)."""
 
-    def __init__(self, client: SbxClient, session_id: str, policy: str | None = None) -> None:
+    def __init__(
+        self,
+        client: SbxClient,
+        session_id: str,
+        policy: str | None = None,
+        *,
+        workspace: WorkspaceJson | None = None,
+        note: str | None = None,
+    ) -> None:
         self.client = client
         self.session_id = session_id
         self.policy = policy
+        #: The session's workspace as the daemon described it when it opened (None: none).
+        self.workspace = workspace
+        #: Said once, in the first tool result (e.g. why there is no workspace).
+        self.note = note
         self.consumer = f"mcp-{session_id}"
         #: Foreground tasks: their result is the tool result itself, so their lifecycle
         #: notifications are acknowledged but not shown again.
@@ -121,6 +134,8 @@ class SessionBridge:
         notes = await self.drain()
         if notes:
             text = f"{text}\n\n{notes}"
+        if self.note:
+            text, self.note = f"{text}\n\n{self.note}", None
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], is_error=is_error
         )
@@ -340,6 +355,23 @@ class SessionBridge:
             spec["timeout_ms"] = timeout_ms
         return texts.monitor_started(await self._start(spec), timeout_ms)
 
+    async def workspace_changes(self, include_diff: bool, ignored: bool) -> str:
+        why = workspace_texts.not_reviewable(self.workspace)
+        if why is not None or self.workspace is None:
+            return why or ""
+        found = await self.client.workspace_changes(self.session_id, ignored=ignored)
+        diff = await self.client.workspace_diff(self.session_id) if include_diff else None
+        return workspace_texts.changes_text(self.workspace, self.session_id, found, diff)
+
+    async def workspace_apply(self, force: bool, stop_tasks: bool) -> str:
+        why = workspace_texts.not_reviewable(self.workspace)
+        if why is not None:
+            return why
+        result = await self.client.apply_changes(
+            self.session_id, force=force, stop_tasks=stop_tasks
+        )
+        return workspace_texts.applied_text(result, self.session_id)
+
     # -- log notifications and the end ----------------------------------------------------
 
     async def follow_events(self) -> None:
@@ -389,4 +421,13 @@ class SessionBridge:
             warn(f"could not end session {self.session_id}: {exc}")
             return
         stopped = result.get("tasks_stopped", 0)
-        warn(f"session {self.session_id} ended ({stopped} task(s) stopped)")
+        sid = self.session_id
+        if result.get("workspace_kept"):
+            warn(
+                f"session {sid} ended ({stopped} task(s) stopped); its changes to "
+                f"{(self.workspace or {}).get('path', 'the project')} are kept: review them "
+                f"with `sbx workspace diff --session {sid}`, then `sbx workspace apply "
+                f"--session {sid}` (or `sbx workspace discard --session {sid}`)"
+            )
+        else:
+            warn(f"session {sid} ended ({stopped} task(s) stopped)")

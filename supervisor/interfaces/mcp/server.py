@@ -24,9 +24,9 @@ from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from supervisor.core.errors import SupervisorError
-from supervisor.interfaces.client import ensure_daemon
-from supervisor.interfaces.mcp import texts
+from supervisor.core.errors import PolicyError, SupervisorError, WorkspaceOutsideRoots
+from supervisor.interfaces.client import SbxClient, ensure_daemon
+from supervisor.interfaces.mcp import texts, workspace_texts
 from supervisor.interfaces.mcp.bridge import SessionBridge, warn
 from supervisor.interfaces.mcp.texts import (
     BashTimeout,
@@ -46,6 +46,13 @@ from supervisor.interfaces.mcp.texts import (
     WaitOffset,
     WaitTimeout,
 )
+from supervisor.interfaces.mcp.workspace_texts import (
+    Force,
+    IncludeDiff,
+    IncludeIgnored,
+    StopTasks,
+    WorkspaceJson,
+)
 
 #: How long ending the session may take when the connection closes.
 END_TIMEOUT_S: Final = 60.0
@@ -61,6 +68,12 @@ class McpOptions:
     state_dir: Path | None = None
     session_prefix: str = "mcp"
     policy: str | None = None
+    workspace: Path | None = None
+    """The project directory (None: the current directory, when the daemon allows it)."""
+    workspace_mode: str | None = None
+    no_workspace: bool = False
+    allow_agent_apply: bool = False
+    """Offer the ``workspace_apply`` tool (applying is otherwise the user's decision)."""
 
 
 def _given(ctx: Context, name: str) -> bool:
@@ -70,21 +83,22 @@ def _given(ctx: Context, name: str) -> bool:
     return isinstance(arguments, dict) and name in arguments
 
 
-def build_server(bridge: SessionBridge) -> MCPServer:
-    """The MCP server: its tools call ``bridge``."""
+def build_server(bridge: SessionBridge, *, allow_apply: bool = False) -> MCPServer:
+    """The MCP server: its tools call ``bridge``. ``allow_apply``: offer workspace_apply."""
     server: MCPServer = MCPServer(
         "sbx",
         title="sandbox-supervisor",
-        instructions=texts.INSTRUCTIONS,
+        instructions=workspace_texts.instructions(bridge.workspace),
         version="0.1.0",
         log_level="WARNING",
     )
     read_only = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
     acting = types.ToolAnnotations(destructive_hint=False, open_world_hint=False)
+    _workspace_tools(server, bridge, allow_apply)
 
     @server.tool(
         name="bash",
-        description=texts.BASH_DESCRIPTION,
+        description=workspace_texts.bash_description(bridge.workspace),
         annotations=types.ToolAnnotations(
             title="Run a command in a sandbox", destructive_hint=False, open_world_hint=False
         ),
@@ -194,6 +208,99 @@ def build_server(bridge: SessionBridge) -> MCPServer:
     return server
 
 
+def _workspace_tools(server: MCPServer, bridge: SessionBridge, allow_apply: bool) -> None:
+    @server.tool(
+        name="workspace_changes",
+        description=workspace_texts.WORKSPACE_CHANGES_DESCRIPTION,
+        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+        structured_output=False,
+    )
+    async def workspace_changes(
+        ctx: Context, include_diff: IncludeDiff = True, ignored: IncludeIgnored = False
+    ) -> types.CallToolResult:
+        return await bridge.run_tool(ctx, lambda: bridge.workspace_changes(include_diff, ignored))
+
+    if not allow_apply:
+        return
+
+    @server.tool(
+        name="workspace_apply",
+        description=workspace_texts.WORKSPACE_APPLY_DESCRIPTION,
+        annotations=types.ToolAnnotations(destructive_hint=True, open_world_hint=False),
+        structured_output=False,
+    )
+    async def workspace_apply(
+        ctx: Context, force: Force = False, stop_tasks: StopTasks = False
+    ) -> types.CallToolResult:
+        return await bridge.run_tool(ctx, lambda: bridge.workspace_apply(force, stop_tasks))
+
+
+def _where(workspace: Path | None) -> tuple[str, bool]:
+    """(realpath of the workspace or the current directory, whether it is / or home)."""
+    path = os.path.realpath(workspace or os.getcwd())
+    return path, path in ("/", os.path.realpath(Path.home()))
+
+
+class _Refused(Exception):
+    """The workspace asked for by name cannot be had: the server does not start."""
+
+
+async def _open_session(
+    client: SbxClient, session_id: str, options: McpOptions
+) -> tuple[WorkspaceJson | None, str | None]:
+    """Open the connection's session on its workspace: (the workspace as the daemon
+    describes it, a note for the agent when there is none). The current directory is only
+    a default: when the daemon refuses it, the session opens without a workspace."""
+    policy = options.policy
+    if options.no_workspace:
+        await client.create_session(session_id, policy=policy)
+        return None, None
+    explicit = options.workspace is not None
+    path, at_home = await anyio.to_thread.run_sync(_where, options.workspace)
+    why = None
+    if not explicit and at_home:
+        # Clients that start servers outside any project (at / or in the home directory):
+        # that is nobody's project, and an overlay's manifest would walk all of it.
+        why = "is not a project directory (the server was started in it)"
+    else:
+        try:
+            body = await client.create_session(
+                session_id, workspace=path, workspace_mode=options.workspace_mode, policy=policy
+            )
+        except PolicyError as exc:
+            if explicit:
+                raise _Refused(f"--workspace {options.workspace}: {exc}") from exc
+            if isinstance(exc, WorkspaceOutsideRoots):
+                roots = ", ".join(exc.roots) or "none"
+                why = f"is not under the sbx daemon's workspace roots ({roots})"
+            else:
+                why = f"cannot be a workspace ({exc})"
+        else:
+            ws: WorkspaceJson | None = body.get("workspace")
+            return ws, None
+    await client.create_session(session_id, policy=policy)
+    warn(f"{path} {why}: running without a workspace")
+    return None, workspace_texts.no_workspace_note(path, why)
+
+
+def _started(session_id: str, ws: WorkspaceJson | None) -> str:
+    if ws is None:
+        return f"session {session_id} open; it ends when this connection closes"
+    text = (
+        f"session {session_id} open on {ws['path']} ({ws['mode']}); it ends when this "
+        "connection closes"
+    )
+    if ws.get("warning"):
+        text += f" (note: {ws['warning']})"
+    if ws["mode"] == "overlay":
+        text += (
+            f". The agent's changes stay out of the project until you apply them: "
+            f"sbx workspace diff --session {session_id}, then "
+            f"sbx workspace apply --session {session_id}"
+        )
+    return text
+
+
 async def serve(options: McpOptions) -> int:
     """Run the MCP server on stdin/stdout until the client goes away or SIGTERM."""
     # Log notifications are deprecated from protocol 2026-07-28 on; the SDK only sends them
@@ -209,14 +316,18 @@ async def serve(options: McpOptions) -> int:
         return 1
     session_id = f"{options.session_prefix}-{secrets.token_hex(6)}"
     try:
-        await client.create_session(session_id)
+        workspace, note = await _open_session(client, session_id, options)
+    except _Refused as exc:
+        warn(str(exc))
+        await client.aclose()
+        return 2
     except SupervisorError as exc:
         warn(f"could not open a session: {exc}")
         await client.aclose()
         return 1
-    warn(f"session {session_id} open; it ends when this connection closes")
-    bridge = SessionBridge(client, session_id, options.policy)
-    server = build_server(bridge)
+    warn(_started(session_id, workspace))
+    bridge = SessionBridge(client, session_id, options.policy, workspace=workspace, note=note)
+    server = build_server(bridge, allow_apply=options.allow_agent_apply)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(bridge.follow_events)

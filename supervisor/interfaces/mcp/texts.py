@@ -21,37 +21,6 @@ READ_BYTES: Final = 30_000
 #: Characters of notification blocks appended to one tool result; the rest waits.
 NOTIFY_MAX_CHARS: Final = 20_000
 
-INSTRUCTIONS = """\
-Every command runs in its own fresh, hardened Docker sandbox (no network, read-only root \
-filesystem, non-root user, capped memory/CPU/processes; /tmp and the working directory are \
-writable scratch space). Nothing you run can touch the host.
-
-Use `bash` for short commands (it waits and returns output and exit code) and \
-`bash` with run_in_background=true for dev servers, watchers, builds and long test runs: it \
-returns at once with a task id and the output file. Then use `task_wait` (for a line such \
-as "ready"), `task_output`, `task_input` and `task_stop`. `monitor_start` runs a command \
-whose every stdout line is reported to you.
-
-Notifications about background tasks (completion, periodic log tails, stalls on input, \
-monitor lines) are appended to the result of whichever tool you call next, each exactly \
-once, as <task-notification>, <background_task_poll> and <task-output> blocks. Everything \
-still running is stopped when this connection closes."""
-
-BASH_DESCRIPTION = """\
-Run a shell command (`sh -c`) in a fresh, isolated sandbox container.
-
-- Foreground (default): waits for the command to finish and returns its output \
-(stdout+stderr merged, truncated to 30000 characters with a note) and exit code. The \
-command is killed after `timeout` ms (default 120000, max 600000). Stdin is closed.
-- run_in_background=true: returns at once with the task id and the output file path. \
-The command runs until it exits, `task_stop`, or the end of the session (a `timeout` given \
-explicitly still applies). You get a <task-notification> when it ends (in the result of a \
-later tool call), so you need not poll; use `task_wait` to wait for a line such as \
-"ready", `task_output` to read output, `task_input` to answer prompts.
-
-Each call is a new container: files written in one call are not seen by the next, and \
-there is no network access by default."""
-
 TASK_OUTPUT_DESCRIPTION = (
     "Read a background task's or monitor's output: from a byte `offset` (default 0; pass "
     "the previous next_offset to read on, 30000 bytes per call) or the last `tail` "
