@@ -18,7 +18,18 @@
 # `up` is idempotent and converges: links up, availability active, images current, one
 # cluster of exactly these three nodes. It never touches the host's engine (images are only
 # read from it) and `down` signals only processes the lab started: by its pid files, plus
-# containerd shims and runsc processes that name the lab's folders or live in its netns.
+# containerd shims and runsc processes that name the lab's folders or live in its netns, and
+# container processes whose cgroup is one of the lab's containers (after a hard crash).
+#
+# Settings (environment): SBX_LAB_STATE_DIR (/var/lib/sbx-swarm-lab: data roots, logs),
+# SBX_LAB_RUN_DIR (/run/sbx-swarm-lab: sockets nN.sock, pid files, configs, exec roots),
+# SBX_LAB_NS_PREFIX (sbxsw), SBX_LAB_NET (10.77.0), SBX_LAB_IMAGES, SBX_LAB_OPTIONAL_IMAGES
+# (sbx/dev:latest when the host has it; empty to skip its minute of loading),
+# SBX_LAB_HEARTBEAT (5s), SBX_LAB_IPTABLES (true), SBX_LAB_SOURCE_HOST, SBX_LAB_WAIT_S.
+#
+# shellcheck disable=SC2016  # '$0', '$@' and Go templates are meant for sh -c and docker
+# shellcheck disable=SC2013  # word-splitting path lists is fine: the lab's paths have no spaces
+# shellcheck disable=SC2030,SC2031  # pipeline subshells only read what they set
 set -euo pipefail
 unset DOCKER_HOST DOCKER_CONTEXT # every docker call below names its engine explicitly
 
@@ -79,9 +90,8 @@ live_pid() {
 dockerd_pid() { live_pid "$(ndir "$1")/dockerd.pid" "$(ndir "$1")/daemon.json"; }
 containerd_pid() { live_pid "$(ndir "$1")/containerd.pid" "$(ndir "$1")/containerd.toml"; }
 
-answers() { # the node's engine API says OK to /_ping
-  [[ -S "$(sock_of "$1")" ]] &&
-    [[ "$(curl -s --max-time 5 --unix-socket "$(sock_of "$1")" http://x/_ping 2>/dev/null)" == OK ]]
+answers() { # the node's engine API answers (the docker CLI: curl may not be installed)
+  [[ -S "$(sock_of "$1")" ]] && dk "$1" version -f '{{.Server.Version}}' >/dev/null 2>&1
 }
 
 wait_for() { # wait_for SECONDS WHAT COMMAND...: poll a condition, fail with WHAT
@@ -127,8 +137,12 @@ leftover_pids() {
 # hard leave runc containers running): those whose cgroup names one of the node's container
 # ids, as listed in its data root.
 container_pids() {
-  local ids; ids=$(ls "$(sdir "$1")/docker/containers" 2>/dev/null | grep -E '^[0-9a-f]{64}$') || return 0
-  local f pid
+  local d ids="" f pid
+  for d in "$(sdir "$1")"/docker/containers/*; do
+    [[ "${d##*/}" =~ ^[0-9a-f]{64}$ ]] && ids+="${d##*/}"$'\n'
+  done
+  [[ -n "$ids" ]] || return 0
+  ids=${ids%$'\n'}
   for f in $(grep -lsF "$ids" /proc/[0-9]*/cgroup 2>/dev/null); do
     pid=${f#/proc/} pid=${pid%/cgroup}
     echo "$pid"
@@ -139,8 +153,14 @@ container_pids() {
 
 preflight() {
   [[ $EUID -eq 0 ]] || die "needs root (network namespaces, dockerd)"
+  if ! command -v ip >/dev/null 2>&1 && [[ -r /etc/debian_version ]]; then
+    # Not pulled in by docker.io without its recommends (scripts/engine.sh installs none).
+    say "installing iproute2 from Debian's packages"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends iproute2 >/dev/null
+  fi
   local tool missing=()
-  for tool in ip nsenter unshare setsid flock curl dockerd containerd docker runsc; do
+  for tool in ip nsenter unshare setsid flock dockerd containerd docker runsc; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
   done
   ((${#missing[@]} == 0)) || die "missing ${missing[*]}; run \`make engine\` first (installs docker.io and runsc)"
@@ -323,6 +343,8 @@ ensure_images() {
     say "loading ${key% } into node(s) ${group[$key]% }"
     # shellcheck disable=SC2086 # word splitting of the image and node lists is intended
     copy_images "${group[$key]}" $key
+    # The images these tags named before (a rebuild on the host) would pile up otherwise.
+    for i in ${group[$key]}; do dk "$i" image prune -f >/dev/null; done
   done
 }
 
@@ -485,9 +507,11 @@ cmd_down() {
   done
   # Mounts dockerd left under our folders (overlay layers, netns files): deepest first.
   local target
-  for target in $(awk -v a="$STATE_DIR/" -v b="$RUN_DIR/" \
-      'index($2, a) == 1 || index($2, b) == 1 {print $2}' /proc/mounts | sort -r); do
-    umount -l "$target" 2>/dev/null || true
+  for i in 1 2 3; do
+    for target in $(awk -v a="$(sdir "$i")/" -v b="$(ndir "$i")/" \
+        'index($2, a) == 1 || index($2, b) == 1 {print $2}' /proc/mounts | sort -r); do
+      umount -l "$target" 2>/dev/null || true
+    done
   done
   if [[ -f "$RUN_DIR/netns" ]]; then
     local ns
@@ -495,7 +519,11 @@ cmd_down() {
       if ns_exists "$ns"; then ip netns del "$ns" || say "could not delete netns $ns"; fi
     done
   fi
-  rm -rf "$RUN_DIR" "$STATE_DIR"
+  # Only what the lab made, then the folders if that left them empty: SBX_LAB_*_DIR may
+  # name a folder that holds other things.
+  for i in 1 2 3; do rm -rf "$(ndir "$i")" "$(sock_of "$i")" "$(sdir "$i")"; done
+  rm -rf "$RUN_DIR/netns" "$RUN_DIR"/load.*
+  rmdir "$RUN_DIR" "$STATE_DIR" 2>/dev/null || true
   say "lab removed"
 }
 
@@ -559,6 +587,6 @@ case "${1:-}" in
   heal) [[ -n "${2:-}" ]] || die "usage: $0 heal NODE"; cmd_link up "$2" ;;
   drain) [[ -n "${2:-}" ]] || die "usage: $0 drain NODE"; cmd_availability drain "$2" ;;
   activate) [[ -n "${2:-}" ]] || die "usage: $0 activate NODE"; cmd_availability active "$2" ;;
-  -h | --help | help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' ;;
+  -h | --help | help) awk 'NR > 1 && /^# shellcheck/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0" ;;
   *) say "unknown command '${1:-}' (allowed: up, status, down, env, cut, heal, drain, activate)"; exit 2 ;;
 esac
