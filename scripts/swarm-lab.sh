@@ -320,6 +320,7 @@ image_id() { docker -H "$1" image inspect -f '{{.Id}}' "$2" 2>/dev/null || true;
 
 ensure_images() {
   local img wanted=() i
+  rm -rf "$RUN_DIR"/load.* # fifos of an interrupted copy (we hold the lock: none is in use)
   for img in $IMAGES; do
     [[ -n "$(image_id "$SOURCE_HOST" "$img")" ]] ||
       die "image $img is missing on the host engine; run \`make images\`"
@@ -384,6 +385,7 @@ abort() {
   # The next `up` resumes from whatever is in place: images are compared by id, and a
   # half-loaded one has no tag yet.
   ((${#BG_PIDS[@]} == 0)) || kill -TERM "${BG_PIDS[@]}" 2>/dev/null || true
+  rm -rf "$RUN_DIR"/load.*
   say "interrupted"
   exit 130
 }
