@@ -7,10 +7,10 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv engine engine-down images run test check lint types fmt unit integration e2e adversarial bench clean
+.PHONY: help venv engine engine-down swarm-lab swarm-lab-down images run test check lint types fmt unit integration e2e adversarial bench clean
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,12 @@ engine: ## make sure a Docker engine answers (installs docker.io + runsc on Debi
 
 engine-down: ## stop the dockerd that `make engine` started (never any other)
 	scripts/engine.sh down
+
+swarm-lab: engine images ## a 3-node Swarm on this machine (manager + 2 workers, one gVisor); idempotent
+	scripts/swarm-lab.sh up
+
+swarm-lab-down: ## stop the Swarm lab and remove its netns and files (the host engine stays)
+	scripts/swarm-lab.sh down
 
 images: venv engine ## build the sandbox images offline (only when their sources changed)
 	$(BIN)/sbx images build
