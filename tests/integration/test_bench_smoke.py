@@ -22,7 +22,17 @@ def test_quick_bench_writes_results(tmp_path: Path) -> None:
     # No skip when the engine is missing: the run fails, and so does this test.
     out = tmp_path / "results"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.run", "--quick", "--out", str(out), "start", "throughput", "http-start"],
+        [
+            sys.executable,
+            "-m",
+            "bench.run",
+            "--quick",
+            "--out",
+            str(out),
+            "start",
+            "throughput",
+            "http-start",
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
