@@ -31,6 +31,7 @@ class StubDaemon:
             {
                 "seq": len(self.events) + 1,
                 "task_id": TID,
+                "type": "task.stopped",
                 "xml": f"<task-notification>\n<task-id>{TID}</task-id>\n</task-notification>",
             }
         )
@@ -58,6 +59,9 @@ class StubDaemon:
         if self.task_gate is not None:  # the answer is on its way while the task goes on
             await self.task_gate.wait()
         return body
+
+    async def tail(self, session_id: str, task_id: str, chars: int = 4000) -> str:
+        return "step 1\ndone\n"[-chars:]
 
     async def pending(self, session_id: str, consumer: str, fmt: str = "xml") -> dict[str, Any]:
         items = [e for e in self.events if e["seq"] > self.acked]
@@ -96,6 +100,7 @@ async def test_a_moved_task_is_notified_once_when_it_ends() -> None:
     stub.end()
     first, second = await bridge.drain(), await bridge.drain()
     assert first.count(f"<task-id>{TID}</task-id>") == 1
+    assert "<last-output>\nstep 1\ndone\n</last-output>" in first  # its result, at last
     assert second == ""
 
 

@@ -210,6 +210,19 @@ def test_moved_to_background_says_what_how_and_where() -> None:
     assert "<background_task_poll> with its latest output every 1m" in bounded
 
 
+def test_a_moved_commands_completion_carries_its_last_output() -> None:
+    xml = "<task-notification>\n<task-id>bg-1</task-id>\n</task-notification>"
+    out = texts.with_last_output(xml, "a < b\ndone\n")
+    assert out == (
+        "<task-notification>\n<task-id>bg-1</task-id>\n"
+        "<last-output>\na &lt; b\ndone\n</last-output>\n</task-notification>"
+    )
+    assert "<last-output>\n(no output)\n</last-output>" in texts.with_last_output(xml, "")
+    assert texts.with_last_output("<task-output>x</task-output>", "t") == (
+        "<task-output>x</task-output>"
+    )
+
+
 def test_started_in_background_says_its_lifetime_and_polls() -> None:
     text = texts.started_in_background(_info(), 3.0)
     assert "Command running in background with ID: bg-1a2b3c4d." in text

@@ -39,6 +39,7 @@ from supervisor.interfaces.client import SbxClient, task_info
 from supervisor.interfaces.mcp import specs, texts, workspace_texts
 from supervisor.interfaces.mcp.specs import BashCall, Planned
 from supervisor.interfaces.mcp.texts import (
+    COMPLETION_TAIL_CHARS,
     HEAD_CHARS,
     MAX_OUTPUT_CHARS,
     NOTIFY_MAX_CHARS,
@@ -117,6 +118,8 @@ class SessionBridge:
         #: notifications are acknowledged but not shown again. A task moved to the
         #: background leaves this set (under the drain lock), and is notified from then on.
         self.foreground: set[str] = set()
+        #: Foreground tasks moved to the background: their completion carries their output.
+        self.moved: set[str] = set()
         self.min_log_level: types.LoggingLevel = "debug"
         self._mcp_session: ServerSession | None = None
         self._drain_lock = anyio.Lock()
@@ -161,7 +164,7 @@ class SessionBridge:
                 warn(f"could not fetch notifications (they come with a later result): {exc}")
                 return ""
             shown = [
-                item
+                await self._completed(item)
                 for item in body["notifications"]
                 if item.get("xml") and item.get("task_id") not in self.foreground
             ]
@@ -173,6 +176,18 @@ class SessionBridge:
                     warn(f"could not acknowledge notifications (they come again): {exc}")
                     return ""
             return "\n".join(blocks)
+
+    async def _completed(self, item: dict[str, Any]) -> dict[str, Any]:
+        """``item``, with the output's tail when it ends a task moved to the background."""
+        tid = item.get("task_id")
+        if tid not in self.moved or item.get("type") not in ("task.stopped", "task.failed"):
+            return item
+        try:
+            tail = await self.client.tail(self.session_id, str(tid), COMPLETION_TAIL_CHARS)
+        except SupervisorError as exc:
+            warn(f"could not read the output of {tid}: {exc}")
+            return item
+        return {**item, "xml": texts.with_last_output(str(item["xml"]), tail)}
 
     @staticmethod
     def _fit(items: list[dict[str, Any]], *, acked: int, cursor: int) -> tuple[list[str], int]:
@@ -281,6 +296,7 @@ class SessionBridge:
             if info.ended:
                 return None
             self.foreground.discard(task_id)
+            self.moved.add(task_id)
         try:
             output = await self._output(info)
         except SupervisorError as exc:  # it runs on all the same: say where its output is
@@ -431,9 +447,9 @@ class SessionBridge:
         if raw["type"] not in NOTIFY_TYPES or raw.get("task_id") in self.foreground:
             return
         ev = EVENT_ADAPTER.validate_python(raw)
-        xml = render_xml(ev)
-        if xml:
-            await self._log(_level_for(ev), xml)
+        item = await self._completed({**raw, "xml": render_xml(ev)})
+        if item["xml"]:
+            await self._log(_level_for(ev), str(item["xml"]))
 
     async def _log(self, level: types.LoggingLevel, text: str) -> None:
         session = self._mcp_session

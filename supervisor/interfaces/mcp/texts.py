@@ -9,6 +9,7 @@ from pydantic import Field
 
 from supervisor.core.errors import DaemonError, DaemonNotRunning, SupervisorError
 from supervisor.core.models import TaskInfo
+from supervisor.core.render import xml_text
 from supervisor.core.text import describe_end, end_clause, format_duration, format_elapsed
 from supervisor.core.text import task_label as _task_label
 from supervisor.interfaces.mcp.specs import POLL_TAIL_CHARS
@@ -21,6 +22,9 @@ HEAD_CHARS: Final = 8_000
 READ_BYTES: Final = 30_000
 #: Characters of notification blocks appended to one tool result; the rest waits.
 NOTIFY_MAX_CHARS: Final = 20_000
+#: Characters of output the completion of a command moved to the background carries: the
+#: agent asked for that command's result, so its end comes with the notification.
+COMPLETION_TAIL_CHARS: Final = 4_000
 
 TASK_OUTPUT_DESCRIPTION = (
     "Read a background task's or monitor's output: from a byte `offset` (default 0; pass "
@@ -227,6 +231,16 @@ def started_in_background(info: TaskInfo, poll_every_s: float | None = None) -> 
     )
 
 
+def with_last_output(xml: str, tail: str) -> str:
+    """A ``<task-notification>`` with the command's last output added (as a stall notice
+    carries it), for a command that was moved to the background."""
+    body = xml_text(tail.rstrip("\n")) if tail else "(no output)"
+    end = "</task-notification>"
+    if not xml.endswith(end):
+        return xml
+    return f"{xml[: -len(end)]}<last-output>\n{body}\n</last-output>\n{end}"
+
+
 def moved_to_background(
     output: str, info: TaskInfo, after_s: float, poll_every_s: float | None = None
 ) -> str:
@@ -238,10 +252,11 @@ def moved_to_background(
         f"{output or '(no output yet)'}\n"
         f"Command still running after {after}, so it was moved to the background (it was "
         f"not stopped): ID {tid}. Output is being written to: {info.output_path}\n"
-        f"You will get a <task-notification> when it ends (in the result of a later tool "
-        f"call). To wait for it: task_wait task_id={tid} (with pattern=... for a line); to "
-        f"read what it prints next: task_output task_id={tid} offset={info.output_bytes}; to "
-        f"stop it: task_stop task_id={tid}. {_life(info)}{_polls(poll_every_s)}"
+        f"You will get a <task-notification> with its last output when it ends (in the "
+        f"result of a later tool call). To wait for it: task_wait task_id={tid} (with "
+        f"pattern=... for a line); to read what it prints next: task_output task_id={tid} "
+        f"offset={info.output_bytes}; to stop it: task_stop task_id={tid}. "
+        f"{_life(info)}{_polls(poll_every_s)}"
     )
 
 
