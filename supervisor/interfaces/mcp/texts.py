@@ -127,7 +127,8 @@ BashPersistent = Annotated[
         description="Background commands only. true: no timeout, run until task_stop or the "
         "end of the session (what a background command without timeout does anyway; an "
         "error where the policy forbids it); false: stop it after the policy's default "
-        "timeout (5 minutes) unless timeout is given. Not together with timeout.",
+        "timeout (5 minutes in the shipped policies, 10 in ci) unless timeout is given. Not "
+        "together with timeout.",
     ),
 ]
 MonitorTimeout = Annotated[
