@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 
-from supervisor.core.events import BaseEvent
 from supervisor.core.models import Kind, TaskInfo
 from supervisor.interfaces.daemon.auth import Principal
 from supervisor.interfaces.daemon.deps import BOOLEAN, Who
@@ -24,6 +23,7 @@ from supervisor.interfaces.daemon.event_routes import (
     matching,
     sse_message,
 )
+from supervisor.interfaces.daemon.task_feed import feed_of, sse_created
 from supervisor.runtime.session import Session
 from supervisor.runtime.supervisor import Supervisor
 
@@ -53,7 +53,8 @@ class _Merged:
         self.sup = sup
         self.who = who
         self.types = types
-        self.queue: asyncio.Queue[BaseEvent] = asyncio.Queue(_QUEUE)
+        # Messages ready to send: the sessions' events, and tasks just created.
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue(_QUEUE)
         self.followers: dict[str, asyncio.Task[None]] = {}
         self.since = time.time()
         self._scanned = False
@@ -61,7 +62,14 @@ class _Merged:
     async def _follow(self, session: Session, cursor: int, newer_than: float) -> None:
         async for ev in session.events(after_seq=cursor):
             if ev.ts >= newer_than and matching([ev], None, self.types):
-                await self.queue.put(ev)
+                await self.queue.put(sse_message(ev))
+
+    def created(self, info: TaskInfo) -> None:
+        """A task just created: sent at once when there is room (else its ``task.started``
+        or the client's next full read shows it)."""
+        if self.who.admin or info.session_id == self.who.session_id:
+            with contextlib.suppress(asyncio.QueueFull):
+                self.queue.put_nowait(sse_created(info))
 
     def scan(self) -> None:
         """Follow sessions not followed yet. Those open when the stream began are read from
@@ -93,6 +101,7 @@ class _Merged:
     async def stream(self) -> AsyncIterator[bytes]:
         yield b": connected\n\n"
         quiet = 0.0
+        unsubscribe = feed_of(self.sup).subscribe(self.created)
         try:
             while True:
                 self.scan()
@@ -105,12 +114,13 @@ class _Merged:
                         yield b": keep-alive\n\n"
                     continue
                 quiet = 0.0
-                chunk = [sse_message(ev)]
+                chunk = [ev]
                 with contextlib.suppress(asyncio.QueueEmpty):
                     while len(chunk) < 500:
-                        chunk.append(sse_message(self.queue.get_nowait()))
+                        chunk.append(self.queue.get_nowait())
                 yield b"".join(chunk)
         finally:
+            unsubscribe()
             await self.aclose()
 
 
@@ -139,8 +149,10 @@ def add_fleet_routes(api: FastAPI, sup: Supervisor) -> None:
     )
     async def merged_stream(who: Who, types: TypesFilter = None) -> EventStreamResponse:
         """Server-sent events of every open session the caller may see, merged, from now on
-        (sessions opened later included). There is no resume: seqs are per session, so
-        after a reconnect read the current state again (``GET /tasks``). ``types`` keeps
+        (sessions opened later included), and ``task.created`` (data: the TaskInfo, no
+        ``id``) for each task started through the API, as soon as it is. There is no
+        resume: seqs are per session, so after a reconnect read the current state again
+        (``GET /tasks``). ``types`` keeps
         only events of those types (e.g. a task table needs only ``task.started``,
         ``task.stalled``, ``task.stopped`` and ``task.failed``)."""
         return EventStreamResponse(

@@ -32,6 +32,7 @@ from supervisor.interfaces.daemon.replies import (
     WaitResult,
     error_responses,
 )
+from supervisor.interfaces.daemon.task_feed import feed_of
 from supervisor.runtime.session import MAX_READ, Session
 from supervisor.runtime.supervisor import Supervisor
 
@@ -117,7 +118,9 @@ def _lookup_routes(api: FastAPI, sup: Supervisor) -> None:
     async def start_task(session_id: SessionId, body: StartTask, who: Who) -> TaskInfo:
         """Start a command in a fresh sandbox; returns at once with the id and output path."""
         session = session_of(sup, session_id, who)
-        return await session.start(body.to_spec())
+        info = await session.start(body.to_spec())
+        feed_of(sup).announce(info)
+        return info
 
     @api.get(
         "/sessions/{session_id}/tasks",

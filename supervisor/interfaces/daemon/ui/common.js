@@ -206,7 +206,7 @@ export class LiveStream {
       } catch {
         return;
       }
-      this.onevent(event, Number(message.lastEventId));
+      this.onevent(event, Number(message.lastEventId), message.type);
     };
     for (const type of this.types) source.addEventListener(type, handler);
   }

@@ -109,7 +109,13 @@ const readDirty = throttle(async () => {
 }, 100);
 
 const changesLater = new Map();
-function onEvent(ev) {
+function onEvent(ev, _seq, type) {
+  if (type === "task.created") {
+    // A task just started through the API (its task.started comes once its container runs).
+    table.upsert(ev);
+    if (!sessions.some((s) => s.session_id === ev.session_id)) refreshAll();
+    return;
+  }
   if (ev.type === "session.ended") {
     sessions = sessions.filter((s) => s.session_id !== ev.session_id);
     table.removeSession(ev.session_id);
@@ -132,7 +138,7 @@ function onEvent(ev) {
 }
 
 new LiveStream(() => `/events/stream?${LIFECYCLE.map((t) => `types=${t}`).join("&")}`, {
-  types: LIFECYCLE,
+  types: [...LIFECYCLE, "task.created"],
   onevent: onEvent,
   onopen: refreshAll,
 }).start();
