@@ -46,7 +46,7 @@ def test_screenshots_for_the_readme(ui: Ui, page: Page) -> None:
     )
     watch = ui.start(
         c,
-        "while sleep 1; do echo \"$(date +%T) queue depth 3\"; done",
+        'while sleep 1; do echo "$(date +%T) queue depth 3"; done',
         description="queue monitor",
         kind="monitor",
         policy="fast",

@@ -25,7 +25,7 @@ from supervisor.core.errors import Unauthorized as _Unauthorized
 #: Where the files are, beside this module (shipped as package data).
 ASSET_DIR = Path(__file__).with_name("ui")
 #: The names a file may have (no path, no dot files): what the static route accepts.
-ASSET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*\.(?:html|js|css|svg|txt)$")
+ASSET_NAME = re.compile(r"\A[a-z0-9][a-z0-9_-]*\.(?:html|js|css|svg|txt)\Z")
 _TYPES = {
     "html": "text/html; charset=utf-8",
     "js": "text/javascript; charset=utf-8",
