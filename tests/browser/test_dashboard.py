@@ -35,7 +35,6 @@ def test_login_through_printed_link_then_live_table_and_transcript(ui: Ui, page:
     cookies = page.context.cookies()
     assert len(cookies) == 1
     assert cookies[0]["httpOnly"] and cookies[0]["sameSite"] == "Strict"
-    assert not any(c["name"].startswith("sbx") and "sbxl_" in c["value"] for c in cookies)
     with ui.tcp() as c:
         assert c.get(ui.printed_url.removeprefix(ui.base)).status_code == 401  # spent
 
@@ -83,6 +82,13 @@ def test_partial_line_flushed_when_the_task_ends(ui: Ui, page: Page) -> None:
     expect(lines).to_have_text(["whole", "no newline at the end"])
     expect(lines.last).to_have_class(re.compile("no-eol"))
     expect(page.locator("#status")).to_contain_text("completed, exit code 0")
+    # The download link: the whole output file, as an attachment, on the cookie.
+    href = page.locator("#download").get_attribute("href")
+    assert href == f"/sessions/flush/tasks/{task['task_id']}/output/file"
+    download = page.context.request.get(f"{ui.base}{href}")
+    assert download.status == 200
+    assert download.body() == b"whole\nno newline at the end"
+    assert download.headers["content-disposition"].startswith("attachment")
 
 
 def test_stop_button_kills_and_table_says_user_stopped(ui: Ui, page: Page) -> None:
