@@ -22,10 +22,15 @@ export function notice(text, kind = "error") {
   box.hidden = !text;
 }
 
+/** Set once this page logged out: its refreshes stop saying "no longer logged in". */
+let loggedOut = false;
+/** The page's live streams, closed when it logs out. */
+const streams = new Set();
+
 /** JSON from the API; throws ApiError with the API's error code. */
 export async function api(path, options = {}) {
   const response = await fetch(path, { credentials: "same-origin", ...options });
-  if (response.status === 401) {
+  if (response.status === 401 && !loggedOut) {
     notice("This browser is no longer logged in: open a new login link (`sbx ui` prints one).");
   }
   if (!response.ok) {
@@ -168,6 +173,7 @@ export class LiveStream {
     this.types = types;
     this.source = null;
     this.closed = false;
+    streams.add(this);
     document.addEventListener("visibilitychange", () => this.sync());
   }
 
@@ -220,6 +226,7 @@ export class LiveStream {
 
   close() {
     this.closed = true;
+    streams.delete(this);
     this.disconnect();
   }
 }
@@ -294,10 +301,13 @@ export function header(crumbs) {
   });
   const logout = document.getElementById("logout");
   logout.addEventListener("click", async () => {
+    loggedOut = true;
+    for (const stream of [...streams]) stream.close();
     try {
       await post("/ui/logout");
     } finally {
       notice("Logged out. Open a new login link (`sbx ui` prints one) to come back.", "info");
+      setState("offline");
     }
   });
 }
