@@ -52,6 +52,8 @@ class Ui:
     """``http://127.0.0.1:<port>``"""
     printed_url: str
     """The login link the daemon printed at start (one use)."""
+    projects: Path
+    """The daemon's workspace root."""
     tokens: dict[str, str] = field(default_factory=dict)
     """Session id -> the session token it was created with."""
 
@@ -63,10 +65,10 @@ class Ui:
         """The loopback TCP listener, with no credentials unless given as headers."""
         return httpx.Client(base_url=self.base, headers=headers, timeout=30)
 
-    def session(self, sid: str) -> str:
+    def session(self, sid: str, **body: Any) -> str:
         """Open session ``sid``; its token."""
         with self.api() as c:
-            r = c.post("/sessions", json={"session_id": sid})
+            r = c.post("/sessions", json={"session_id": sid, **body})
             assert r.status_code in (200, 201), r.text
             self.tokens[sid] = r.json()["token"]
         return self.tokens[sid]
@@ -123,14 +125,24 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
     shutil.copytree(POLICIES, policies)
     for name, text in TEST_POLICIES.items():
         (policies / f"{name}.toml").write_text(text)
-    d = start_daemon(root / "state", policies, "--listen", "127.0.0.1:0", "--ui")
+    projects = root / "projects"
+    projects.mkdir()
+    d = start_daemon(
+        root / "state",
+        policies,
+        "--listen",
+        "127.0.0.1:0",
+        "--ui",
+        "--workspace-root",
+        str(projects),
+    )
     try:
         deadline = time.monotonic() + 10
         while not (m := LOGIN_URL.search(d.log.read_text())):
             assert time.monotonic() < deadline, d.log.read_text()
             time.sleep(0.05)
         assert d.tcp is not None
-        yield Ui(d, f"http://{d.tcp}", m.group(1))
+        yield Ui(d, f"http://{d.tcp}", m.group(1), projects)
     finally:
         rc = d.stop()
         assert rc == 0, f"daemon exited with {rc}:\n{d.log.read_text()[-3000:]}"
