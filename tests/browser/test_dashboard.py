@@ -5,6 +5,7 @@ foreign Origin)."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -204,3 +205,30 @@ def test_refusals_without_login_and_from_foreign_origin(ui: Ui, page: Page) -> N
     expect(page.locator("#notice")).to_contain_text("Logged out")
     with httpx.Client(base_url=ui.base, headers={"Cookie": cookie}) as after:
         assert after.get("/tasks").status_code == 401
+
+
+def test_sbx_ui_prints_a_working_link(ui: Ui, page: Page) -> None:
+    token = ui.session("cli-login")
+    done = ui.daemon.sbx("ui")
+    assert done.returncode == 0, done.stderr
+    url = done.stdout.decode().strip()
+    assert url.startswith(f"{ui.base}/ui/login?token=sbxl_")
+    ui.login(page, url)
+    expect(page.locator('#sessions-table tr[data-session-id="cli-login"]')).to_be_visible()
+    # With a session's token, the link sees that session only.
+    ui.daemon.env["SBX_TOKEN"] = token
+    try:
+        scoped = ui.daemon.sbx("ui", "--json", "--ttl", "1m")
+    finally:
+        del ui.daemon.env["SBX_TOKEN"]
+    assert scoped.returncode == 0, scoped.stderr
+    other = page.context.browser.new_context()  # type: ignore[union-attr]
+    try:
+        p2 = other.new_page()
+        ui.login(p2, json.loads(scoped.stdout)["url"])
+        expect(p2.locator("#sessions-table tbody tr")).to_have_count(1)
+        expect(p2.locator("#sessions-table tbody tr")).to_have_attribute(
+            "data-session-id", "cli-login"
+        )
+    finally:
+        other.close()
