@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv engine engine-down swarm-lab swarm-lab-down images run test check lint types fmt unit integration e2e adversarial bench clean
+.PHONY: help venv engine engine-down browser swarm-lab swarm-lab-down images run test check lint types fmt unit integration e2e adversarial bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ engine: ## make sure a Docker engine answers (installs docker.io + runsc on Debi
 engine-down: ## stop the dockerd that `make engine` started (never any other)
 	scripts/engine.sh down
 
+browser: ## make sure a headless Chromium runs, for the dashboard's browser tests (installs Debian's chromium as root)
+	scripts/browser.sh up
+
 swarm-lab: engine images ## a 3-node Swarm on this machine (manager + 2 workers, one gVisor); idempotent
 	scripts/swarm-lab.sh up
 
@@ -35,8 +38,8 @@ swarm-lab-down: ## stop the Swarm lab and remove its netns and files (the host e
 images: venv engine ## build the sandbox images offline (only when their sources changed)
 	$(BIN)/sbx images build
 
-run: venv engine images ## the main job: the daemon in the foreground on the embedded defaults
-	$(BIN)/sbx serve --banner
+run: venv engine images ## the main job: the daemon in the foreground on the embedded defaults, with the dashboard
+	$(BIN)/sbx serve --banner --ui
 
 lint: venv ## ruff format --check + ruff check
 	$(BIN)/ruff format --check .
@@ -55,7 +58,7 @@ check: ## lint + types + all tests, without set-up
 	$(BIN)/mypy
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-test: venv engine images ## everything, with its set-up: lint, types, unit, integration, e2e, adversarial
+test: venv engine images browser ## everything, with its set-up: lint, types, unit, integration, e2e, browser, adversarial
 	$(MAKE) --no-print-directory check
 
 unit: venv ## fast tests, no engine: pure logic, and the runtime on the fake engine

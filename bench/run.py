@@ -43,6 +43,7 @@ BENCHMARKS = {
     "attack": "bench.attack",
     "workspace": "bench.workspace",
     "workspace-start": "bench.workspace_start",
+    "dashboard": "bench.dashboard",
 }
 ALIASES = {"event-latency": "latency", "events": "latency", "under-attack": "attack"}
 

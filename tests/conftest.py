@@ -104,7 +104,7 @@ def require_engine() -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = str(item.fspath)
-        for layer in ("unit", "component", "integration", "e2e", "adversarial"):
+        for layer in ("unit", "component", "integration", "e2e", "browser", "adversarial"):
             if f"{os.sep}tests{os.sep}{layer}{os.sep}" in path:
                 item.add_marker(getattr(pytest.mark, layer))
 

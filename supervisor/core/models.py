@@ -224,6 +224,8 @@ class TaskInfo(_Frozen):
     """Bytes of output that could not be stored (full disk); marked in the file."""
     stalled: bool = False
     """True while the task appears to be waiting for input."""
+    runtime: Literal["runc", "runsc"] | None = None
+    """The OCI runtime its container runs on (``runsc``: gVisor), as its policy says."""
 
     @property
     def ended(self) -> bool:

@@ -203,6 +203,7 @@ class TaskState:
             dropped_bytes=out.dropped,
             gap_bytes=out.gap_bytes,
             stalled=self.stalled,
+            runtime=ident.policy.runtime,
         )
 
     def record(self, stage: Stage, now_mono: float, out: OutputCounts) -> TaskRecord:

@@ -433,6 +433,10 @@ class SbxClient:
         path = f"/sessions/{session_id}/notifications/pending"
         return dict(await self._json("GET", path, params=params, ids=(session_id, None)))
 
+    async def ui_login(self, ttl_s: float) -> dict[str, Any]:
+        """A one-time dashboard login link for this token: ``{"url", "expires_at"}``."""
+        return dict(await self._json("POST", "/ui/logins", json={"ttl_s": ttl_s}))
+
     async def ack(self, session_id: str, consumer: str, seq: int) -> None:
         """Record that ``consumer`` delivered everything up to ``seq``."""
         path = f"/sessions/{session_id}/notifications/ack"

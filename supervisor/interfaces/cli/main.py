@@ -19,6 +19,7 @@ _MODULES = (
     "supervisor.interfaces.cli.sessions",
     "supervisor.interfaces.cli.workspace",
     "supervisor.interfaces.cli.serve",
+    "supervisor.interfaces.cli.ui",
     "supervisor.interfaces.cli.mcp",
     "supervisor.interfaces.cli.policies",
     "supervisor.interfaces.cli.images",
@@ -32,7 +33,8 @@ examples:
   sbx workspace diff         in a project: what the commands changed (then apply)
   sbx doctor                 check the engine, runtimes and images
   sbx images build           build the sandbox images (offline)
-  sbx serve --banner         run the daemon (what `make run` does) and say how to connect
+  sbx serve --banner --ui    run the daemon (what `make run` does), print how to connect
+                             and a login link to the web dashboard
   sbx mcp                    an MCP server over stdio for agent clients
 """
 

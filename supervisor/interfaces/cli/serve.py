@@ -13,6 +13,8 @@ EPILOG = f"""\
 examples:
   sbx serve                                  unix socket in <state-dir>/daemon/sbx.sock
   sbx serve --listen 127.0.0.1:8377          also loopback TCP (bearer token required)
+  sbx serve --ui                             also the dashboard on http://127.0.0.1:8377/ui/
+                                             (prints a one-time login link; sbx ui: another)
   sbx serve --stop-tasks-on-exit             stop tasks on SIGTERM instead of leaving them
   sbx serve --workspace-root ~/src --workspace-root /srv/projects
                                              projects there may be session workspaces
@@ -48,6 +50,12 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         default=None,
         metavar="HOST:PORT",
         help="also listen on loopback TCP (127.0.0.1 or ::1 only)",
+    )
+    p.add_argument(
+        "--ui",
+        action="store_true",
+        help="serve the web dashboard on the loopback TCP listener (--listen, else "
+        "127.0.0.1:8377 or a free port) and print a one-time login link",
     )
     p.add_argument(
         "--allow-host",
@@ -139,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         webhook_secret_file=args.webhook_secret_file,
         workspace_roots=args.workspace_root,
         banner=args.banner,
+        ui=args.ui,
         event_retention=args.event_retention,
         max_connections=args.max_connections,
         header_timeout_s=args.header_timeout,

@@ -27,6 +27,7 @@ from supervisor.interfaces.daemon.deps import (
     session_of,
 )
 from supervisor.interfaces.daemon.event_routes import add_event_routes
+from supervisor.interfaces.daemon.fleet_routes import add_fleet_routes
 from supervisor.interfaces.daemon.guard import PUBLIC_PATHS, AppConfig, RequestGuard
 from supervisor.interfaces.daemon.limits import (
     BODY_LIMITS,
@@ -44,6 +45,7 @@ from supervisor.interfaces.daemon.replies import (
     error_responses,
 )
 from supervisor.interfaces.daemon.task_routes import add_task_routes
+from supervisor.interfaces.daemon.ui_routes import UiConfig, add_ui_routes
 from supervisor.interfaces.daemon.workspace_routes import add_workspace_routes
 from supervisor.runtime.supervisor import Supervisor
 
@@ -71,11 +73,14 @@ JSON types are strict (`false` is not `0`, `"1"` is not `1`) and strings must be
 Unicode.
 """
 
-__all__ = ["AppConfig", "create_app"]
+__all__ = ["AppConfig", "UiConfig", "create_app"]
 
 
-def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> FastAPI:
-    """Build the API for ``sup``. The caller owns the supervisor's lifetime."""
+def create_app(
+    sup: Supervisor, auth: Auth, config: AppConfig | None = None, ui: UiConfig | None = None
+) -> FastAPI:
+    """Build the API for ``sup``, with the dashboard's routes when ``ui`` is given. The
+    caller owns the supervisor's lifetime."""
     config = config or AppConfig()
     app = FastAPI(
         title="sandbox-supervisor",
@@ -93,7 +98,10 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     _session_routes(app, sup, auth)
     add_task_routes(app, sup)
     add_event_routes(app, sup)
+    add_fleet_routes(app, sup)
     add_workspace_routes(app, sup)
+    if ui is not None:
+        add_ui_routes(app, sup, auth, ui)
     app.openapi = functools.partial(_openapi, app)  # type: ignore[method-assign]
     return app
 

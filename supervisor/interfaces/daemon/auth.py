@@ -1,4 +1,5 @@
-"""Tokens: an admin token (file, 0600) creates sessions; a session token sees only its session."""
+"""Tokens: an admin token (file, 0600) creates sessions; a session token sees only its session.
+The dashboard's one-time login codes and the cookies they are exchanged for live here too."""
 
 from __future__ import annotations
 
@@ -6,11 +7,16 @@ import hashlib
 import hmac
 import os
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 ADMIN_PREFIX = "sbxa_"
 SESSION_PREFIX = "sbxs_"
+LOGIN_PREFIX = "sbxl_"
+#: Live login codes and dashboard cookies, each at most (minting more drops the oldest).
+MAX_UI_GRANTS = 1000
 
 
 def _digest(token: str) -> str:
@@ -37,6 +43,17 @@ def bearer_token(authorization: str | None) -> str | None:
     return token.strip() if scheme.lower() == "bearer" else None
 
 
+def cookie_value(header: str | None, name: str) -> str | None:
+    """The value of cookie ``name`` in a ``Cookie`` header (the first, if sent twice)."""
+    if not header:
+        return None
+    for part in header.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep and key == name:
+            return value.strip().strip('"') or None
+    return None
+
+
 def write_private(path: Path, text: str) -> None:
     """Replace ``path`` atomically with a file of mode 0600 from the start (never
     world-readable, not even briefly). Readers see the old content or the new, never an
@@ -57,10 +74,23 @@ def write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-class Auth:
-    """Holds the admin token and the digests of live session tokens (never the tokens)."""
+@dataclass(frozen=True)
+class _Grant:
+    """What a login code or a dashboard cookie stands for, until when (monotonic clock)."""
 
-    def __init__(self, token_file: Path) -> None:
+    principal: Principal
+    expires_at: float
+
+
+class Auth:
+    """Holds the admin token and the digests of live session tokens (never the tokens), and
+    the digests of the dashboard's login codes and cookies."""
+
+    def __init__(self, token_file: Path, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        # digest -> grant, oldest first (dicts keep insertion order: the cap drops the head).
+        self._logins: dict[str, _Grant] = {}
+        self._cookies: dict[str, _Grant] = {}
         self.token_file = token_file
         if token_file.exists():
             token = token_file.read_text().strip()
@@ -87,9 +117,14 @@ class Auth:
         self._sessions.pop(digest, None)
 
     def revoke(self, session_id: str) -> None:
+        """Revoke every token of a session, and its login codes and dashboard cookies."""
         for digest, sid in list(self._sessions.items()):
             if sid == session_id:
                 del self._sessions[digest]
+        for grants in (self._logins, self._cookies):
+            for digest, grant in list(grants.items()):
+                if grant.principal.session_id == session_id:
+                    del grants[digest]
 
     def check(self, token: str | None) -> Principal | None:
         """The principal for a bearer token, or None. Compared as digests in constant time."""
@@ -105,3 +140,50 @@ class Auth:
                 if known_sid == sid and hmac.compare_digest(known, digest):
                     return Principal("session", sid)
         return None
+
+    # -- the dashboard ---------------------------------------------------------------------
+
+    def _grant(self, grants: dict[str, _Grant], prefix: str, who: Principal, ttl_s: float) -> str:
+        secret = prefix + secrets.token_urlsafe(32)
+        now = self._clock()
+        for digest, grant in list(grants.items()):
+            if grant.expires_at <= now:
+                del grants[digest]
+        while len(grants) >= MAX_UI_GRANTS:
+            del grants[next(iter(grants))]
+        grants[_digest(secret)] = _Grant(who, now + ttl_s)
+        return secret
+
+    def _lookup(self, grants: dict[str, _Grant], secret: str | None) -> tuple[str, _Grant] | None:
+        if not secret:
+            return None
+        digest = _digest(secret)
+        grant = grants.get(digest)
+        if grant is None or grant.expires_at <= self._clock():
+            return None
+        return digest, grant
+
+    def new_login(self, who: Principal, ttl_s: float) -> str:
+        """A one-time login code for ``who``, valid for ``ttl_s`` seconds."""
+        return self._grant(self._logins, LOGIN_PREFIX, who, ttl_s)
+
+    def redeem_login(self, code: str | None, cookie_ttl_s: float) -> str | None:
+        """Exchange a login code (once) for a new dashboard cookie value; None when the code
+        is unknown, used or expired."""
+        found = self._lookup(self._logins, code)
+        if found is None:
+            return None
+        digest, grant = found
+        del self._logins[digest]  # one use only, whatever happens next
+        return self._grant(self._cookies, "", grant.principal, cookie_ttl_s)
+
+    def check_cookie(self, value: str | None) -> Principal | None:
+        """The principal a dashboard cookie stands for, or None."""
+        found = self._lookup(self._cookies, value)
+        return None if found is None else found[1].principal
+
+    def end_cookie(self, value: str | None) -> None:
+        """Log a dashboard cookie out."""
+        found = self._lookup(self._cookies, value)
+        if found is not None:
+            del self._cookies[found[0]]

@@ -28,7 +28,14 @@ from supervisor.core.ids import SESSION_ID_RE
 from supervisor.core.models import TaskLimits, TaskSpec
 from supervisor.core.problems import InvalidRequest
 from supervisor.core.text import parse_duration
-from supervisor.interfaces.daemon.limits import MAX_INPUT_BYTES, MAX_OFFSET, MAX_SEQ, MAX_WAIT_S
+from supervisor.interfaces.daemon.limits import (
+    MAX_INPUT_BYTES,
+    MAX_OFFSET,
+    MAX_SEQ,
+    MAX_WAIT_S,
+    UI_LOGIN_TTL_S,
+    UI_MAX_LOGIN_TTL_S,
+)
 
 #: What a duration string looks like (the range is checked after conversion).
 DURATION_PATTERN = r"^\s*\d+(\.\d+)?\s*(ms|s|m|h)\s*$"
@@ -329,6 +336,13 @@ class AckBody(_Body):
     """Who delivers (e.g. one MCP connection); each has its own cursor."""
     seq: Annotated[int, Field(ge=0, le=MAX_SEQ)]
     """Everything up to this seq was delivered."""
+
+
+class LoginBody(_Body):
+    """Ask for a one-time dashboard login link."""
+
+    ttl_s: Annotated[float, Field(gt=0, le=UI_MAX_LOGIN_TTL_S)] = UI_LOGIN_TTL_S
+    """How long the link stays valid if nobody uses it (seconds, at most a day)."""
 
 
 # -- lone surrogates -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Header, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from supervisor.core.events import NOTIFY_TYPES, BaseEvent
+from supervisor.core.ids import TASK_ID_RE
 from supervisor.core.problems import InvalidRequest
 from supervisor.core.render import render_json, render_xml
 from supervisor.interfaces.daemon.bodies import CONSUMER_PATTERN, AckBody
@@ -32,6 +33,47 @@ _Limit = Annotated[int, Query(ge=1, le=10_000), INTEGER]
 _WaitS = Annotated[float, Query(ge=0, le=MAX_WAIT_S), NUMBER]
 _Format = Literal["xml", "json"]
 _EVENTS: list[str | Enum] = ["events"]
+#: Every event type a reader can meet (``events.gap`` included); ``types=`` takes these.
+EventType = Literal[
+    "task.started",
+    "task.output",
+    "task.output_suppressed",
+    "task.poll",
+    "task.stalled",
+    "task.stopped",
+    "task.failed",
+    "session.ended",
+    "events.gap",
+]
+#: ``task_id=``: only this task's events (``seq`` and cursors still count every event).
+TaskFilter = Annotated[
+    str | None,
+    Query(pattern=TASK_ID_RE.pattern, description="Only this task's events, e.g. `bg-7f3a9c2e`"),
+]
+#: ``types=``: only events of these types (repeat the parameter for more than one).
+TypesFilter = Annotated[
+    list[EventType] | None,
+    Query(description="Only events of these types (repeat: `types=task.started&types=...`)"),
+]
+
+
+def matching(
+    batch: list[BaseEvent], task_id: str | None, types: list[EventType] | None
+) -> list[BaseEvent]:
+    """The events of ``batch`` that pass the filters (all of them without filters)."""
+    if task_id is None and not types:
+        return batch
+    wanted = set(types or ())
+    return [
+        e
+        for e in batch
+        if (task_id is None or e.task_id == task_id) and (not wanted or e.type in wanted)
+    ]
+
+
+def sse_message(ev: BaseEvent) -> bytes:
+    """One server-sent event: ``id: <seq>``, ``event: <type>``, ``data: <event JSON>``."""
+    return f"id: {ev.seq}\nevent: {ev.type}\ndata: {ev.model_dump_json()}\n\n".encode()
 
 
 class EventStreamResponse(StreamingResponse):
@@ -88,16 +130,17 @@ def _notifications(batch: list[BaseEvent]) -> list[BaseEvent]:
     return [e for e in batch if e.type in NOTIFY_TYPES]
 
 
-async def _sse(session: Session, cursor: int) -> AsyncIterator[bytes]:
+async def _sse(
+    session: Session, cursor: int, task_id: str | None, types: list[EventType] | None
+) -> AsyncIterator[bytes]:
     log = session.event_log
     yield b": connected\n\n"
     while True:
         batch = await log.read_after(cursor, 500)
         if batch:
-            for ev in batch:
-                data = ev.model_dump_json()
-                yield f"id: {ev.seq}\nevent: {ev.type}\ndata: {data}\n\n".encode()
-                cursor = ev.seq
+            cursor = batch[-1].seq
+            for ev in matching(batch, task_id, types):
+                yield sse_message(ev)
             continue
         if log.closed:
             return
@@ -120,15 +163,19 @@ def add_event_routes(api: FastAPI, sup: Supervisor) -> None:
         after: _Seq = 0,
         limit: _Limit = 500,
         wait_s: _WaitS = 0.0,
+        task_id: TaskFilter = None,
+        types: TypesFilter = None,
     ) -> Response:
-        """Events with seq > ``after`` in seq order; long-polls up to ``wait_s`` when none."""
+        """Events with seq > ``after`` in seq order; long-polls up to ``wait_s`` when none.
+        With ``task_id`` or ``types``, only the events that match, out of the next
+        ``limit`` (``last_seq`` still moves past the others: go on from it)."""
         session = session_of(sup, session_id, who)
         batch = await _read(session, after, limit, wait_s)
         # Built directly (the events are already validated models): a long-poll answer of
         # hundreds of events skips a second validation against the Events schema.
         return JSONResponse(
             {
-                "events": [e.model_dump(mode="json") for e in batch],
+                "events": [e.model_dump(mode="json") for e in matching(batch, task_id, types)],
                 "last_seq": batch[-1].seq if batch else after,
                 "ended": session.event_log.closed,
             }
@@ -149,13 +196,16 @@ def add_event_routes(api: FastAPI, sup: Supervisor) -> None:
             Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ, description="Resume after this seq"),
             INTEGER,
         ] = None,
+        task_id: TaskFilter = None,
+        types: TypesFilter = None,
     ) -> EventStreamResponse:
         """Server-sent events, ``id: <seq>``; reconnect with ``Last-Event-ID`` to resume
-        (it wins over ``after``)."""
+        (it wins over ``after``). ``task_id`` and ``types`` keep only the events that
+        match."""
         session = session_of(sup, session_id, who)
         cursor = last_event_id if last_event_id is not None else (after or 0)
         return EventStreamResponse(
-            _sse(session, cursor),
+            _sse(session, cursor, task_id, types),
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
@@ -172,13 +222,15 @@ def add_event_routes(api: FastAPI, sup: Supervisor) -> None:
         format: _Format = "xml",
         wait_s: _WaitS = 0.0,
         limit: _Limit = 500,
+        task_id: TaskFilter = None,
     ) -> Response:
         """Agent-facing renderings of events after ``after``: ``<task-notification>`` and
-        ``<background_task_poll>`` blocks (``format=xml``, as text) or JSON."""
+        ``<background_task_poll>`` blocks (``format=xml``, as text) or JSON. ``task_id``:
+        only that task's (``last_seq`` still moves past the others)."""
         session = session_of(sup, session_id, who)
         batch = await _read(session, after, limit, wait_s)
         last = batch[-1].seq if batch else after
-        items = _notifications(batch)
+        items = matching(_notifications(batch), task_id, None)
         ended = session.event_log.closed and last >= session.event_log.last_seq
         if format == "xml":
             text = "\n".join(x for x in (render_xml(e) for e in items) if x)

@@ -1,6 +1,6 @@
 """The first thing every request meets, before FastAPI reads or parses a byte of it: the
-Host/Origin allowlist (TCP), the bearer token, the route (404/405), the route's body limit,
-the body's deadline and valid Unicode in JSON.
+Host/Origin allowlist (TCP), the bearer token (or the dashboard's cookie), the route
+(404/405), the route's body limit, the body's deadline and valid Unicode in JSON.
 
 Order matters. The token comes before the route, so nobody without one learns which routes
 exist (401, never 404 or 405), and before the body, so nobody without one can make the
@@ -28,7 +28,7 @@ from supervisor.core.errors import (
     SupervisorError,
     Unauthorized,
 )
-from supervisor.interfaces.daemon.auth import Auth, Principal, bearer_token
+from supervisor.interfaces.daemon.auth import Auth, Principal, bearer_token, cookie_value
 from supervisor.interfaces.daemon.bodies import check_unicode
 from supervisor.interfaces.daemon.errors import error_response
 from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S, body_limit
@@ -37,6 +37,10 @@ from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S, body_limit
 SCOPE_PRINCIPAL = "sbx.principal"
 #: Routes anyone who can connect may call.
 PUBLIC_PATHS = frozenset({"/healthz"})
+#: Methods that change nothing: a cookie alone may make them (others also need an Origin).
+SAFE_METHODS = frozenset({"GET", "HEAD"})
+#: An answer for a refused request in another form than JSON (the dashboard's HTML), or None.
+ErrorPage = Callable[[Scope, SupervisorError], ASGIApp | None]
 
 
 @dataclass
@@ -49,6 +53,12 @@ class AppConfig:
     """Origin header values accepted when one is sent (TCP only)."""
     body_timeout_s: float = BODY_TIMEOUT_S
     """A request's body must arrive within this many seconds."""
+    ui_cookie: str | None = None
+    """The dashboard's cookie name (TCP with ``--ui``): it authenticates like a token."""
+    public_paths: frozenset[str] = PUBLIC_PATHS
+    """Routes that need no token (the dashboard adds its login)."""
+    error_page: ErrorPage | None = None
+    """Refusals of the dashboard's pages, as pages."""
 
 
 class _ClientGone(Exception):
@@ -81,7 +91,9 @@ class RequestGuard:
         except SupervisorError as exc:
             # A body refused unread (401, 413) is drained by the connection, within bounds
             # (connections.MAX_DRAIN); a body that stopped coming ends the connection.
-            await error_response(exc, close=isinstance(exc, RequestTimeout))(scope, receive, send)
+            page = self.config.error_page(scope, exc) if self.config.error_page else None
+            answer = page or error_response(exc, close=isinstance(exc, RequestTimeout))
+            await answer(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
 
@@ -95,12 +107,24 @@ class RequestGuard:
             origin = headers.get("origin")
             if origin is not None and origin not in self.config.allowed_origins:
                 raise ForbiddenOrigin(f"Origin {origin!r} is not allowed")
-        if scope["path"] not in PUBLIC_PATHS:
+        if scope["path"] not in self.config.public_paths:
             who = self.auth.check(bearer_token(headers.get("authorization")))
+            if who is None and self.config.ui_cookie:
+                who = self._cookie(scope, headers, self.config.ui_cookie)
             if who is None:
                 raise Unauthorized()
             scope[SCOPE_PRINCIPAL] = who
         return self._route(scope)
+
+    def _cookie(self, scope: Scope, headers: Headers, name: str) -> Principal | None:
+        """The dashboard's cookie, as a principal. SameSite=Strict already keeps other sites'
+        requests from carrying it; a request that changes something must also say where it
+        comes from (a browser's fetch always sends Origin with a POST), so a cookie never
+        authorises a state change from a context that hides its origin."""
+        who = self.auth.check_cookie(cookie_value(headers.get("cookie"), name))
+        if who is not None and scope["method"] not in SAFE_METHODS and not headers.get("origin"):
+            raise ForbiddenOrigin("a dashboard request that changes state must send its Origin")
+        return who
 
     def _route(self, scope: Scope) -> str:
         allowed: set[str] = set()

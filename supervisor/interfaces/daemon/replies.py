@@ -288,6 +288,16 @@ class Acked(_Reply):
     acked: int
 
 
+class LoginLink(_Reply):
+    """A one-time dashboard login link."""
+
+    url: str
+    """Open it in a browser: it logs that browser in (once) as the caller (the admin, or
+    one session) and leads to the dashboard."""
+    expires_at: float
+    """Until when it works if nobody uses it (seconds since the epoch)."""
+
+
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the error statuses a route answers besides the
     common ones (the app's document gives each the error schema, as JSON)."""
@@ -297,8 +307,9 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 ERROR_DESCRIPTIONS: dict[int, str] = {
     400: "Refused by the policy (policy_error, invalid_spec, workspace_outside_roots, "
     "workspace_unsafe_path)",
-    401: "Missing or invalid bearer token (unauthorized)",
-    403: "TCP listener: Host or Origin not allowed (forbidden_host, forbidden_origin)",
+    401: "Missing or invalid bearer token or dashboard cookie (unauthorized)",
+    403: "TCP listener: Host or Origin not allowed, or a dashboard request that changes "
+    "state without an Origin (forbidden_host, forbidden_origin)",
     404: "No such session, task or resource (session_not_found, task_not_found, not_found, "
     "no_workspace, workspace_no_backup)",
     405: "The route exists with other methods (method_not_allowed; see the Allow header)",

@@ -13,14 +13,15 @@ import sys
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
 from supervisor.core.logs import get_logger
 from supervisor.core.paths import admin_token_file, daemon_dir, daemon_info_file, default_state_dir
-from supervisor.interfaces.daemon.app import AppConfig, create_app
-from supervisor.interfaces.daemon.auth import Auth, write_private
+from supervisor.interfaces.daemon.app import AppConfig, UiConfig, create_app
+from supervisor.interfaces.daemon.auth import Auth, Principal, write_private
 from supervisor.interfaces.daemon.connections import (
     AcceptErrorLog,
     GuardedH11Protocol,
@@ -34,7 +35,11 @@ from supervisor.interfaces.daemon.limits import (
     KEEP_ALIVE_S,
     MAX_CONNECTIONS,
     MAX_HEADER_BYTES,
+    UI_BANNER_LOGIN_TTL_S,
+    UI_PORT,
 )
+from supervisor.interfaces.daemon.ui_assets import load_assets, ui_error_page
+from supervisor.interfaces.daemon.ui_routes import LOGIN_PATH, cookie_name
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.state.sinks import Sink
 
@@ -66,6 +71,9 @@ class DaemonSettings:
     """A request's line and headers must arrive within this many seconds."""
     body_timeout_s: float = BODY_TIMEOUT_S
     """A request's body must arrive within this many seconds of its headers."""
+    ui: bool = False
+    """Serve the dashboard on the loopback TCP listener (on ``UI_PORT``, or a free port,
+    when ``listen`` names none) and print a one-time login link."""
 
     @property
     def daemon_dir(self) -> Path:
@@ -124,6 +132,15 @@ def _bind_unix(path: Path) -> socket.socket:
     sock.listen(_BACKLOG)
     sock.setblocking(False)
     return sock
+
+
+def _bind_ui_default() -> socket.socket:
+    """The dashboard's listener when none was named: its usual port, else any free one (a
+    second daemon on the machine still gets a dashboard)."""
+    try:
+        return _bind_tcp(f"127.0.0.1:{UI_PORT}")
+    except OSError:
+        return _bind_tcp("127.0.0.1:0")
 
 
 def _bind_tcp(listen: str) -> socket.socket:
@@ -186,17 +203,23 @@ def _servers(
 
 
 def _apps(
-    settings: DaemonSettings, sup: Supervisor, auth: Auth
-) -> tuple[list[tuple[str, socket.socket]], dict[str, FastAPI], str | None]:
-    """The bound sockets, one app per listener, and the TCP address (if any). The Host/Origin
-    guard applies to TCP only (on the 0600 unix socket, reachability already is the
-    credential's first half)."""
+    settings: DaemonSettings, sup: Supervisor, auth: Auth, ui_assets: dict[str, Any]
+) -> tuple[list[tuple[str, socket.socket]], dict[str, FastAPI], str | None, UiConfig | None]:
+    """The bound sockets, one app per listener, the TCP address (if any) and the dashboard's
+    configuration (with ``--ui``). The Host/Origin guard applies to TCP only (on the 0600
+    unix socket, reachability already is the credential's first half); so does the
+    dashboard's cookie (the unix socket only mints login links)."""
     sockets: list[tuple[str, socket.socket]] = [("unix", _bind_unix(settings.socket))]
     body_timeout = settings.body_timeout_s
-    apps = {"unix": create_app(sup, auth, AppConfig(body_timeout_s=body_timeout))}
     tcp_address = None
+    ui: UiConfig | None = None
+    apps: dict[str, FastAPI] = {}
+    tcp: socket.socket | None = None
     if settings.listen:
         tcp = _bind_tcp(settings.listen)
+    elif settings.ui:
+        tcp = _bind_ui_default()
+    if tcp is not None:
         host, port = tcp.getsockname()[:2]
         tcp_address = f"{host}:{port}"
         names = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", *settings.allow_hosts}
@@ -205,9 +228,17 @@ def _apps(
             allowed_origins={f"http://{n}" for n in names},
             body_timeout_s=body_timeout,
         )
-        apps["tcp"] = create_app(sup, auth, config)
+        if settings.ui:
+            base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+            ui = UiConfig(base_url=base, cookie=cookie_name(port), assets=ui_assets)
+            config.ui_cookie = ui.cookie
+            config.public_paths = config.public_paths | {LOGIN_PATH}
+            config.error_page = ui_error_page
+        apps["tcp"] = create_app(sup, auth, config, ui)
         sockets.append(("tcp", tcp))
-    return sockets, apps, tcp_address
+    unix_ui = None if ui is None else UiConfig(base_url=ui.base_url, cookie=ui.cookie, pages=False)
+    apps["unix"] = create_app(sup, auth, AppConfig(body_timeout_s=body_timeout), unix_ui)
+    return sockets, apps, tcp_address, ui
 
 
 async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = None) -> int:
@@ -232,7 +263,8 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
     for session in sup.sessions():
         for digest in session.token_digests:
             auth.restore(session.session_id, digest)
-    sockets, apps, tcp_address = _apps(settings, sup, auth)
+    assets = await asyncio.to_thread(load_assets) if settings.ui else {}
+    sockets, apps, tcp_address, ui = _apps(settings, sup, auth, assets)
     cap = connection_cap(settings.max_connections, MAX_CONNECTIONS, len(sockets), nofile)
     servers = _servers(sockets, apps, settings, cap)
     loop = asyncio.get_running_loop()
@@ -261,7 +293,11 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
     )
     if settings.banner:
         sys.stdout.write(connect_banner(settings, sup, tcp_address) + "\n")
-        sys.stdout.flush()
+    if ui is not None:
+        # Printed, never logged: the link is a credential (one use, a day at most).
+        code = auth.new_login(Principal("admin"), UI_BANNER_LOGIN_TTL_S)
+        sys.stdout.write(dashboard_banner(ui.login_url(code)) + "\n")
+    sys.stdout.flush()
     if ready is not None:
         ready.set()
     try:
@@ -327,6 +363,18 @@ def connect_banner(settings: DaemonSettings, sup: Supervisor, tcp: str | None) -
         "Ctrl-C stops the daemon; running tasks are left for the next start to re-adopt.",
     ]
     return "\n".join(lines)
+
+
+def dashboard_banner(url: str) -> str:
+    """The dashboard's login link, Jupyter style."""
+    return "\n".join(
+        [
+            "",
+            "Dashboard: open this link to log in (it works once, within a day):",
+            f"    {url}",
+            "  A new link any time: sbx ui",
+        ]
+    )
 
 
 def main_serve(settings: DaemonSettings) -> int:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import os
+from collections.abc import AsyncIterator
 from enum import Enum
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Query
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from supervisor.core.errors import TaskNotFound, WaitTimeout
 from supervisor.core.models import Kind, TaskInfo
@@ -29,7 +32,8 @@ from supervisor.interfaces.daemon.replies import (
     WaitResult,
     error_responses,
 )
-from supervisor.runtime.session import MAX_READ
+from supervisor.interfaces.daemon.task_feed import feed_of
+from supervisor.runtime.session import MAX_READ, Session
 from supervisor.runtime.supervisor import Supervisor
 
 _TASK = "/sessions/{session_id}/tasks/{task_id}"
@@ -53,6 +57,48 @@ _RAW_OUTPUT: dict[int | str, dict[str, Any]] = {
 }
 
 
+_FILE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The output file as it is now, as an attachment",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        "headers": {
+            "Content-Disposition": {
+                "description": '`attachment; filename="<task id>.output"`',
+                "schema": {"type": "string"},
+            }
+        },
+    }
+}
+#: Bytes read per step of a download.
+_FILE_STEP = 1024 * 1024
+
+
+class OutputFileResponse(StreamingResponse):
+    """A task's output file (documented as bytes, not JSON)."""
+
+    media_type = "application/octet-stream"
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+async def _file_bytes(session: Session, task_id: str, size: int) -> AsyncIterator[bytes]:
+    """The first ``size`` bytes of the output file, a step at a time (never the whole file
+    in memory). The size is fixed at the start: a running task's later output is not part
+    of this download."""
+    offset = 0
+    while offset < size:
+        sl = await session.read_output(task_id, offset, min(_FILE_STEP, size - offset))
+        if not sl.data:
+            return
+        offset = sl.next_offset
+        yield sl.data
+
+
 def add_task_routes(api: FastAPI, sup: Supervisor) -> None:
     """The task routes over ``sup``. Added to the app itself, not through an APIRouter: the
     request guard matches the app's own routes to find a request's body limit."""
@@ -72,7 +118,9 @@ def _lookup_routes(api: FastAPI, sup: Supervisor) -> None:
     async def start_task(session_id: SessionId, body: StartTask, who: Who) -> TaskInfo:
         """Start a command in a fresh sandbox; returns at once with the id and output path."""
         session = session_of(sup, session_id, who)
-        return await session.start(body.to_spec())
+        info = await session.start(body.to_spec())
+        feed_of(sup).announce(info)
+        return info
 
     @api.get(
         "/sessions/{session_id}/tasks",
@@ -197,6 +245,25 @@ def _output_routes(api: FastAPI, sup: Supervisor) -> None:
             body["text"] = sl.text
             body["lossy"] = sl.lossy
         return JSONResponse(body)
+
+    @api.get(
+        f"{_TASK}/output/file",
+        tags=_OUTPUT,
+        response_class=OutputFileResponse,
+        responses={**_FILE, **error_responses(404)},
+    )
+    async def output_file(session_id: SessionId, task_id: TaskId, who: Who) -> Response:
+        """Download the whole output file (as far as it is written when the request comes)."""
+        session = session_of(sup, session_id, who)
+        info = await session.get(task_id)
+        size = await asyncio.to_thread(_size, info.output_path)
+        return OutputFileResponse(
+            _file_bytes(session, task_id, size),
+            headers={
+                "Content-Disposition": f'attachment; filename="{task_id}.output"',
+                "Cache-Control": "no-store",
+            },
+        )
 
     @api.get(f"{_TASK}/tail", tags=_OUTPUT, response_model=Tail, responses=error_responses(404))
     async def tail(

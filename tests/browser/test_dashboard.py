@@ -1,0 +1,234 @@
+"""The dashboard's acceptance in Chromium: logging in through the printed link, the live task
+table, a task's live transcript (line-bounded), stopping, answering a prompt, one session's
+login kept out of another's, escaping, and the refusals (401 without a login, 403 from a
+foreign Origin)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import Ui
+
+pytestmark = pytest.mark.timeout(180)
+
+#: Echoes each stdin line at once; ``part <x>`` prints ``<x>`` with no newline and ``nl``
+#: ends that line: the test decides when a line (or half of one) is printed.
+ECHO = (
+    'while read -r l; do case "$l" in nl) echo;; part\\ *) printf "%s" "${l#part }";; '
+    '*) echo "$l";; esac; done'
+)
+
+
+def row(page: Page, tid: str) -> str:
+    return f'#tasks-table tr[data-task-id="{tid}"]'
+
+
+def test_login_through_printed_link_then_live_table_and_transcript(ui: Ui, page: Page) -> None:
+    ui.session("live")
+    # The link the daemon printed logs the browser in, once.
+    ui.login(page, ui.printed_url)
+    cookies = page.context.cookies()
+    assert len(cookies) == 1
+    assert cookies[0]["httpOnly"] and cookies[0]["sameSite"] == "Strict"
+    with ui.tcp() as c:
+        assert c.get(ui.printed_url.removeprefix(ui.base)).status_code == 401  # spent
+
+    # A task started from the API is in the table within 1 s.
+    task = ui.start("live", ECHO, description="echo", policy="fast")
+    tid = task["task_id"]
+    t0 = time.monotonic()
+    page.wait_for_selector(row(page, tid), timeout=1000)
+    assert time.monotonic() - t0 < 1.0
+    ui.wait_task("live", tid, lambda t: t["status"] == "running")
+
+    # Its page: the command first, then each new line within 1 s of being printed.
+    page.click(f'{row(page, tid)} a[href$="{tid}"]')
+    page.wait_for_url(re.compile(f"/ui/sessions/live/tasks/{tid}$"))
+    expect(page.locator("#command")).to_have_text(ECHO)
+    lines = page.locator("#transcript .line")
+    for text in ("first line", "second line"):
+        ui.send("live", tid, f"{text}\n")
+        t0 = time.monotonic()
+        expect(lines.last).to_have_text(text, timeout=1000)
+        assert time.monotonic() - t0 < 1.0
+
+    # A partial line is held until its newline: once the page has read past the bytes
+    # "half" (its offset says so), no line shows them; the newline brings them within 1 s.
+    ui.send("live", tid, "part half\n")
+    size = len("first line\nsecond line\nhalf")
+    ui.wait_task("live", tid, lambda t: t["output_bytes"] >= size)
+    expect(page.locator(f'#transcript[data-offset="{size}"]')).to_be_attached(timeout=5000)
+    expect(page.locator("#transcript .line", has_text="half")).to_have_count(0)
+    ui.send("live", tid, "nl\n")
+    t0 = time.monotonic()
+    expect(lines.last).to_have_text("half", timeout=1000)
+    assert time.monotonic() - t0 < 1.0
+    expect(lines).to_have_count(3)
+
+
+def test_partial_line_flushed_when_the_task_ends(ui: Ui, page: Page) -> None:
+    ui.session("flush")
+    task = ui.start("flush", "echo whole; printf 'no newline at the end'", policy="fast")
+    ui.wait_task("flush", task["task_id"], lambda t: t["status"] == "completed")
+    ui.login(page)
+    page.goto(f"{ui.base}/ui/sessions/flush/tasks/{task['task_id']}")
+    expect(page.locator("#transcript[data-eof=true]")).to_be_attached()
+    lines = page.locator("#transcript .line")
+    expect(lines).to_have_text(["whole", "no newline at the end"])
+    expect(lines.last).to_have_class(re.compile("no-eol"))
+    expect(page.locator("#status")).to_contain_text("completed, exit code 0")
+    # The download link: the whole output file, as an attachment, on the cookie.
+    href = page.locator("#download").get_attribute("href")
+    assert href == f"/sessions/flush/tasks/{task['task_id']}/output/file"
+    download = page.context.request.get(f"{ui.base}{href}")
+    assert download.status == 200
+    assert download.body() == b"whole\nno newline at the end"
+    assert download.headers["content-disposition"].startswith("attachment")
+
+
+def test_stop_button_kills_and_table_says_user_stopped(ui: Ui, page: Page) -> None:
+    ui.session("stopper")
+    ui.login(page)
+    task = ui.start("stopper", "sleep 600", description="sleeper", policy="fast")
+    tid = task["task_id"]
+    ui.wait_task("stopper", tid, lambda t: t["status"] == "running")
+    button = page.locator(f"{row(page, tid)} button.stop")
+    button.click()
+    expect(page.locator(f'{row(page, tid)} td[data-col="status"]')).to_have_text(
+        "killed, user stopped", timeout=15_000
+    )
+    assert ui.task("stopper", tid)["reason"] == "user_stopped"
+    expect(button).to_have_count(0)  # an ended task has no stop button
+
+
+def test_input_box_answers_prompt_and_badge_clears(ui: Ui, page: Page) -> None:
+    ui.session("prompt")
+    ui.login(page)
+    command = "printf 'Your name? '; read -r n; echo \"hello $n\"; sleep 600"
+    task = ui.start("prompt", command, description="asks", stall_after_s=1, policy="fast")
+    tid = task["task_id"]
+    badge = page.locator(f"{row(page, tid)} .badge.stalled")
+    expect(badge).to_have_text("waiting for input", timeout=20_000)
+    page.click(f'{row(page, tid)} a[href$="{tid}"]')
+    expect(page.locator("#status .badge.stalled")).to_be_visible()
+    expect(page.locator("#prompt")).to_be_visible()
+    expect(page.locator("#prompt-text")).to_have_text("Your name?")
+    page.fill("#input-line", "Ada")
+    page.press("#input-line", "Enter")
+    expect(page.locator("#transcript .line").last).to_have_text("Your name? hello Ada")
+    expect(page.locator("#status .badge.stalled")).to_have_count(0)
+    expect(page.locator("#prompt")).to_be_hidden()
+    assert ui.task("prompt", tid)["stalled"] is False
+    assert ui.task("prompt", tid)["status"] == "running"  # the badge cleared, not the task
+    page.goto(f"{ui.base}/ui/")
+    expect(page.locator(row(page, tid))).to_be_visible()
+    expect(badge).to_have_count(0)
+
+
+def test_session_login_sees_only_its_session(ui: Ui, page: Page) -> None:
+    mine = ui.session("mine")
+    ui.session("theirs")
+    own = ui.start("mine", "sleep 600", description="own task", policy="fast")
+    other = ui.start("theirs", "sleep 600", description="other task", policy="fast")
+    ui.login(page, ui.login_url(mine))
+    expect(page.locator(row(page, own["task_id"]))).to_be_visible()
+    expect(page.locator("#sessions-table tbody tr")).to_have_count(1)
+    expect(page.locator("#sessions-table tbody tr")).to_have_attribute("data-session-id", "mine")
+    expect(page.locator(row(page, other["task_id"]))).to_have_count(0)
+    # The other session's pages, and its API behind the cookie, answer 404.
+    for path in ("/ui/sessions/theirs", f"/ui/sessions/theirs/tasks/{other['task_id']}"):
+        response = page.goto(f"{ui.base}{path}")
+        assert response is not None and response.status == 404
+        expect(page.locator("h1")).to_have_text("Not found")
+    api = page.context.request
+    assert api.get(f"{ui.base}/sessions/theirs/tasks").status == 404
+    assert api.get(f"{ui.base}/sessions/mine/tasks").status == 200
+    tasks = api.get(f"{ui.base}/tasks").json()
+    assert {t["session_id"] for t in tasks} == {"mine"}
+    with ui.api() as c:
+        for sid in ("mine", "theirs"):
+            c.post(f"/sessions/{sid}/end")
+
+
+def test_script_in_command_and_output_is_shown_as_text(ui: Ui, page: Page) -> None:
+    ui.session("xss")
+    ui.login(page)
+    evil = "<script>alert(1)</script>"
+    command = f"echo '{evil}'; echo '<img src=x onerror=alert(2)>'"
+    task = ui.start("xss", command, description=evil, policy="fast")
+    tid = task["task_id"]
+    ui.wait_task("xss", tid, lambda t: t["status"] == "completed")
+    expect(page.locator(f'{row(page, tid)} td[data-col="command"]')).to_have_text(command)
+    expect(page.locator(f'{row(page, tid)} td[data-col="description"]')).to_have_text(evil)
+    page.goto(f"{ui.base}/ui/sessions/xss/tasks/{tid}")
+    expect(page.locator("#command")).to_have_text(command)
+    expect(page.locator("#title")).to_have_text(evil)
+    expect(page.locator("#transcript .line")).to_have_text([evil, "<img src=x onerror=alert(2)>"])
+    assert page.locator("#transcript script, #transcript img, #title script").count() == 0
+    # The session page renders the notifications the agent got: the same text, escaped.
+    page.goto(f"{ui.base}/ui/sessions/xss")
+    expect(page.locator("#timeline li").last).to_contain_text("alert(1)")
+    assert page.locator("#timeline script").count() == 0
+    # The page fixture fails the test if any dialog opened.
+
+
+def test_refusals_without_login_and_from_foreign_origin(ui: Ui, page: Page) -> None:
+    ui.session("guarded")
+    ui.login(page)
+    cookie = "; ".join(f"{c['name']}={c['value']}" for c in page.context.cookies())
+    foreign = "http://evil.example"
+    with ui.tcp() as anon:
+        for path in ("/ui/", "/ui/sessions/guarded", "/tasks", "/sessions", "/events/stream"):
+            assert anon.get(path).status_code == 401, path
+        assert anon.post("/ui/logins", json={}).status_code == 401
+        assert anon.get("/ui/login?token=sbxl_made-up").status_code == 401
+        assert anon.get("/ui/", headers={"Cookie": "sbx_ui_1=made-up"}).status_code == 401
+        assert anon.get("/tasks", headers={"Origin": foreign}).status_code == 403
+    with ui.tcp(Cookie=cookie) as logged_in:
+        assert logged_in.get("/tasks").status_code == 200
+        assert logged_in.get("/ui/").status_code == 200
+        assert logged_in.get("/tasks", headers={"Origin": foreign}).status_code == 403
+        stop = "/sessions/guarded/tasks/bg-00000000/stop"
+        assert logged_in.post(stop, headers={"Origin": foreign}).status_code == 403
+        # A state change on the cookie alone, with no Origin at all, is refused too.
+        assert logged_in.post(stop).status_code == 403
+        assert logged_in.post(stop, headers={"Origin": ui.base}).status_code == 404
+        assert logged_in.get("/ui/", headers={"Host": "evil.example"}).status_code == 403
+    # Logging out ends the cookie at once.
+    page.click("#logout")
+    expect(page.locator("#notice")).to_contain_text("Logged out")
+    with httpx.Client(base_url=ui.base, headers={"Cookie": cookie}) as after:
+        assert after.get("/tasks").status_code == 401
+
+
+def test_sbx_ui_prints_a_working_link(ui: Ui, page: Page) -> None:
+    token = ui.session("cli-login")
+    done = ui.daemon.sbx("ui")
+    assert done.returncode == 0, done.stderr
+    url = done.stdout.decode().strip()
+    assert url.startswith(f"{ui.base}/ui/login?token=sbxl_")
+    ui.login(page, url)
+    expect(page.locator('#sessions-table tr[data-session-id="cli-login"]')).to_be_visible()
+    # With a session's token, the link sees that session only.
+    ui.daemon.env["SBX_TOKEN"] = token
+    try:
+        scoped = ui.daemon.sbx("ui", "--json", "--ttl", "1m")
+    finally:
+        del ui.daemon.env["SBX_TOKEN"]
+    assert scoped.returncode == 0, scoped.stderr
+    other = page.context.browser.new_context()  # type: ignore[union-attr]
+    try:
+        p2 = other.new_page()
+        ui.login(p2, json.loads(scoped.stdout)["url"])
+        expect(p2.locator("#sessions-table tbody tr")).to_have_count(1)
+        expect(p2.locator("#sessions-table tbody tr")).to_have_attribute(
+            "data-session-id", "cli-login"
+        )
+    finally:
+        other.close()

@@ -1,0 +1,126 @@
+"""The dashboard's login codes and cookies (one use, expiry, cap, revocation), cookie
+parsing, and the static files' names and refusal pages, without a daemon."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from supervisor.core.errors import Forbidden, SessionNotFound, Unauthorized
+from supervisor.interfaces.daemon import auth as auth_module
+from supervisor.interfaces.daemon.auth import Auth, Principal, cookie_value
+from supervisor.interfaces.daemon.ui_assets import ASSET_NAME, CSP, load_assets, ui_error_page
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def auth(tmp_path: Path, clock: Clock) -> Auth:
+    return Auth(tmp_path / "admin.token", clock=clock)
+
+
+def test_login_code_works_once_and_gives_a_cookie_for_the_same_principal(auth: Auth) -> None:
+    who = Principal("session", "s1")
+    code = auth.new_login(who, ttl_s=60)
+    assert code.startswith("sbxl_")
+    assert auth.check(code) is None  # a code is no bearer token
+    cookie = auth.redeem_login(code, cookie_ttl_s=3600)
+    assert cookie is not None and cookie != code
+    assert auth.check_cookie(cookie) == who
+    assert auth.redeem_login(code, cookie_ttl_s=3600) is None  # spent
+    assert auth.check_cookie(code) is None
+    assert auth.check(cookie) is None  # a cookie is no bearer token either
+
+
+def test_codes_and_cookies_expire(auth: Auth, clock: Clock) -> None:
+    code = auth.new_login(Principal("admin"), ttl_s=60)
+    clock.now += 60
+    assert auth.redeem_login(code, cookie_ttl_s=10) is None
+    cookie = auth.redeem_login(auth.new_login(Principal("admin"), ttl_s=60), cookie_ttl_s=10)
+    assert auth.check_cookie(cookie) == Principal("admin")
+    clock.now += 10
+    assert auth.check_cookie(cookie) is None
+
+
+def test_unknown_values_and_logout(auth: Auth) -> None:
+    assert auth.redeem_login(None, 10) is None
+    assert auth.redeem_login("sbxl_made-up", 10) is None
+    assert auth.check_cookie("") is None
+    cookie = auth.redeem_login(auth.new_login(Principal("admin"), 60), 60)
+    auth.end_cookie(cookie)
+    assert auth.check_cookie(cookie) is None
+
+
+def test_revoking_a_session_ends_its_codes_and_cookies_only(auth: Auth) -> None:
+    mine = auth.redeem_login(auth.new_login(Principal("session", "s1"), 60), 60)
+    other = auth.redeem_login(auth.new_login(Principal("session", "s2"), 60), 60)
+    code = auth.new_login(Principal("session", "s1"), 60)
+    auth.revoke("s1")
+    assert auth.check_cookie(mine) is None
+    assert auth.redeem_login(code, 60) is None
+    assert auth.check_cookie(other) == Principal("session", "s2")
+
+
+def test_grants_are_capped_oldest_first(auth: Auth, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auth_module, "MAX_UI_GRANTS", 3)
+    codes = [auth.new_login(Principal("admin"), 60) for _ in range(4)]
+    assert auth.redeem_login(codes[0], 60) is None
+    assert all(auth.redeem_login(c, 60) is not None for c in codes[1:])
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        (None, None),
+        ("", None),
+        ("sbx_ui_1=abc", "abc"),
+        ("a=1; sbx_ui_1=abc; b=2", "abc"),
+        ('sbx_ui_1="abc"', "abc"),
+        ("sbx_ui_12=abc", None),
+        ("sbx_ui_1=", None),
+        ("sbx_ui_1=first; sbx_ui_1=second", "first"),
+    ],
+)
+def test_cookie_value(header: str | None, value: str | None) -> None:
+    assert cookie_value(header, "sbx_ui_1") == value
+
+
+def test_assets_load_and_names_are_plain() -> None:
+    assets = load_assets()
+    for name in ("overview.html", "session.html", "task.html", "style.css", "common.js"):
+        assert name in assets, name
+        assert assets[name].etag.startswith('"')
+    assert assets["task.js"].media_type.startswith("text/javascript")
+    for bad in ("../auth.py", ".hidden.js", "a/b.js", "x.py", "UPPER.js", "x.js\n"):
+        assert not ASSET_NAME.match(bad), bad
+    # Every page loads only its own module and stylesheet: no inline script or style.
+    for page in ("overview.html", "session.html", "task.html"):
+        html = assets[page].body.decode()
+        assert "<script>" not in html and "style=" not in html and "<style" not in html
+    assert "script-src 'self'" in CSP and "unsafe-inline" not in CSP
+
+
+def test_refusals_of_pages_are_pages_and_of_the_api_json() -> None:
+    page = {"type": "http", "method": "GET", "path": "/ui/sessions/x"}
+    assert ui_error_page(page, Unauthorized()) is not None
+    assert ui_error_page(page, Forbidden("no")) is not None
+    assert ui_error_page(page, SessionNotFound("x")) is not None
+    for scope in (
+        {"type": "http", "method": "GET", "path": "/sessions/x"},
+        {"type": "http", "method": "POST", "path": "/ui/logout"},
+        {"type": "http", "method": "GET", "path": "/ui/static/style.css"},
+        {"type": "http", "method": "GET", "path": "/uix"},
+    ):
+        assert ui_error_page(scope, Unauthorized()) is None, scope
