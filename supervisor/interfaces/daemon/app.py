@@ -34,6 +34,7 @@ from supervisor.interfaces.daemon.limits import (
     MAX_INPUT_BYTES,
     MAX_TOKENS_PER_SESSION,
 )
+from supervisor.interfaces.daemon.metrics import add_metrics_route
 from supervisor.interfaces.daemon.replies import (
     ERROR_DESCRIPTIONS,
     CreatedSession,
@@ -94,6 +95,7 @@ def create_app(sup: Supervisor, auth: Auth, config: AppConfig | None = None) -> 
     add_task_routes(app, sup)
     add_event_routes(app, sup)
     add_workspace_routes(app, sup)
+    add_metrics_route(app, sup)
     app.openapi = functools.partial(_openapi, app)  # type: ignore[method-assign]
     return app
 
