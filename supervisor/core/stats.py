@@ -4,11 +4,11 @@ kept as plain numbers that a metrics exporter reads only when it is scraped."""
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
-from supervisor.core.events import BaseEvent, TaskStarted, TaskStopped
+from supervisor.core.events import BaseEvent, Event, EventsGap, TaskStarted, TaskStopped
 
 #: Which way a task's command got running: a container created for it, or a warm one.
 StartPath = Literal["cold", "warm"]
@@ -42,6 +42,13 @@ END_REASONS: tuple[str, ...] = (
     "oom_killed",
     "lost",
     FAILED,
+)
+
+#: Every type of event a session logs (``events.gap`` is made per reader, never logged).
+EVENT_TYPES: tuple[str, ...] = tuple(
+    str(cls.model_fields["type"].default)
+    for cls in get_args(get_args(Event)[0])
+    if cls is not EventsGap
 )
 
 
@@ -122,7 +129,7 @@ class RuntimeStats:
     def __init__(self) -> None:
         self.started: dict[str, int] = {}
         self.ended: dict[str, int] = dict.fromkeys(END_REASONS, 0)
-        self.events: dict[str, int] = {}
+        self.events: dict[str, int] = dict.fromkeys(EVENT_TYPES, 0)
         self.stalls = 0
         self.output_bytes = 0
         self.start_seconds = {path: Histogram() for path in START_PATHS}
@@ -156,12 +163,14 @@ class RuntimeStats:
         engine_up: bool,
         pool_ready: Mapping[str, int],
         sessions_open: int,
+        policies: Iterable[str] = (),
     ) -> MetricsSnapshot:
         """The counters as they are now, with the gauges the caller read (copies: the
-        snapshot does not change when the counters move on)."""
+        snapshot does not change when the counters move on). ``policies``: names whose
+        started count shows (at 0) before any task of theirs started."""
         return MetricsSnapshot(
             tasks_running=tasks_running,
-            tasks_started=dict(self.started),
+            tasks_started={**dict.fromkeys(policies, 0), **self.started},
             tasks_ended=dict(self.ended),
             task_start_seconds={
                 path: HistogramSnapshot(h.cumulative(), h.count, h.total)

@@ -266,7 +266,8 @@ class Supervisor:
 
     def metrics(self) -> MetricsSnapshot:
         """Counters since start and gauges as of now (runtime/metrics.py)."""
-        return live_metrics(self.stats, self.sessions(), self.pools, engine_up=self.engine_ok)
+        sessions, policies = self.sessions(), self.policies.all()
+        return live_metrics(self.stats, sessions, self.pools, policies, engine_up=self.engine_ok)
 
     # -- labels and orphans ----------------------------------------------------------
 

@@ -42,7 +42,8 @@ async def test_counters_follow_the_tasks(
 
     m = sup.metrics()
     assert m.tasks_running == 0
-    assert m.tasks_started == {"fake": 4}
+    assert m.tasks_started["fake"] == 4
+    assert m.tasks_started["warm"] == 0  # every policy shows, from 0
     assert m.tasks_ended["exit"] == 3
     assert m.tasks_ended["user_stopped"] == 1
     assert m.tasks_ended["failed"] == 1
@@ -60,7 +61,11 @@ async def test_warm_starts_are_timed_apart(engine: FakeEngine, sup: Supervisor) 
     engine.script("greet", Script(Out("hi\n"), Exit(0)))
     session = await sup.open_session("warm-metrics")
     assert await session.prewarm("warm") == 2
-    assert sup.metrics().pool_ready == {"warm": 2}
+    ready = sup.metrics().pool_ready
+    assert ready["warm"] == 2
+    # Every pooled policy shows, at 0 before its first pool is made.
+    assert ready["dev"] == 0
+    assert "fake" not in ready  # warm_pool_max = 0: never pooled
     task = await session.start(TaskSpec(command="greet", policy="warm"))
     await session.wait(task.task_id, timeout_s=5)
     m = sup.metrics()
