@@ -149,6 +149,9 @@ def test_metrics_count_the_tasks_this_test_ran(daemon: Daemon) -> None:
         assert wait(c, sid, warm)["exit_code"] == 0
 
         left = start(c, sid, command="exec sleep 60", policy="fast")
+        # Running once its command started (a task still starting counts as running too,
+        # but ending the session then would end it before task.started).
+        wait_event(c, sid, left, "task.started")
         until_metric(c, "sbx_tasks_running", 1)
         during = scrape(c)
         assert value(during, "sbx_sessions_open") == 1
