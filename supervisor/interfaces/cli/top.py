@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import sys
@@ -52,6 +53,7 @@ _COLOURS = {
     "completed": "2",
 }
 _RESET = "\x1b[0m"
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -150,8 +152,14 @@ def row(task: TaskJson) -> list[str]:
         size(task.get("output_bytes")),
         str(task.get("policy") or ""),
         flags(task),
-        one_line(str(task.get("description") or task["command"]), None),
+        printable(one_line(str(task.get("description") or task["command"]), None)),
     ]
+
+
+def printable(text: str) -> str:
+    """Control characters (ESC, BEL, C1, DEL) shown as ``?``: a command or description is
+    the agent's text, and an escape sequence in it must not drive the terminal."""
+    return _CONTROL.sub("?", text)
 
 
 def summary(snap: dict[str, Any]) -> str:
@@ -177,7 +185,7 @@ def screen(
     clock = time.strftime("%H:%M:%S")
     title = f"sbx top · {summary(snap) if snap else 'connecting...'} · {clock}"
     lines = [_cut(title, width)]
-    lines.append(_cut(f"error: {error}", width) if error else "")
+    lines.append(_cut(printable(f"error: {error}"), width) if error else "")
     rows = [row(t) for t in snap["tasks"]] if snap else []
     room = max(1, height - 4)
     shown, hidden = rows[:room], len(rows) - room
