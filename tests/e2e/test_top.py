@@ -204,3 +204,18 @@ def test_live_view_quits_on_ctrl_c(daemon: Daemon, top_pty: Pty) -> None:
     assert top_pty.wait() == 0
     assert b"\x1b[?1049l" in top_pty.seen
     assert b"Traceback" not in top_pty.seen
+
+
+def test_live_view_survives_the_daemon_going_away(daemon: Daemon, top_pty: Pty) -> None:
+    open_session(daemon, "gone")
+    tid = start(daemon, "gone", "exec sleep 60", persistent=True)
+    top_pty.read_until(tid.encode())
+    top_pty.read_until(b"1 running")
+    daemon.proc.terminate()
+    daemon.proc.wait(timeout=60)
+    # The last table stays up with the error; it keeps retrying, and q still quits.
+    top_pty.read_until(b"error: retrying every 0.2s \xc2\xb7 ")
+    top_pty.read_until(tid.encode())
+    top_pty.send(b"q")
+    assert top_pty.wait() == 0
+    assert b"Traceback" not in top_pty.seen

@@ -287,7 +287,8 @@ class Live:
             self.snap, self.error = fetch.result(), None
         except (SupervisorError, OSError) as exc:
             msg = error_message(exc) if isinstance(exc, SupervisorError) else str(exc)
-            self.error = f"{msg} (retrying every {self.interval:g}s)"
+            # The retry note first: a long message is cut at the window's edge.
+            self.error = f"retrying every {self.interval:g}s · {msg}"
 
     def _draw(self) -> None:
         cols, lines = shutil.get_terminal_size()
