@@ -17,7 +17,6 @@ from supervisor.core.errors import (
     EngineUnavailable,
     PolicyError,
     SessionNotFound,
-    StateStorageError,
     SupervisorError,
 )
 from supervisor.core.ids import check_session_id, new_session_id, new_task_id
@@ -37,6 +36,7 @@ from supervisor.runtime.restore import restore_sessions
 from supervisor.runtime.session import Session
 from supervisor.runtime.session_ports import SessionServices
 from supervisor.runtime.stall_watch import StallWatcher
+from supervisor.runtime.state_space import StateSpace
 from supervisor.runtime.workspace import Workspace
 from supervisor.runtime.workspaces import RETENTION_S, Workspaces, same_spec
 from supervisor.state.eventlog import EventLog
@@ -96,6 +96,7 @@ class Supervisor:
         self.end_timeout_s = end_timeout_s
         self.min_free_bytes = min_free_bytes
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sbx-io")
+        self._space = StateSpace(self.state_dir, min_free_bytes, self.io)
         #: wait_for scans: a pattern searched through hundreds of MB never holds up output
         #: writes; more parallel scans than threads wait their turn.
         self.search_io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sbx-scan")
@@ -299,14 +300,7 @@ class Supervisor:
 
     async def check_state_space(self) -> None:
         """Refuse new work while the state volume is (nearly) full (``min_free_bytes``)."""
-        loop = asyncio.get_running_loop()
-        stat = await loop.run_in_executor(self.io, os.statvfs, self.state_dir)
-        free = stat.f_bavail * stat.f_frsize
-        if free < self.min_free_bytes:
-            raise StateStorageError(
-                f"the state volume at {self.state_dir} is full ({free // 1024} KiB free); "
-                "new tasks are refused until space returns"
-            )
+        await self._space.check()
 
     # -- sessions --------------------------------------------------------------------
 
