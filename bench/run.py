@@ -38,6 +38,7 @@ BENCHMARKS = {
     "throughput": "bench.throughput",
     "latency": "bench.latency",
     "scale": "bench.scale",
+    "metrics-scrape": "bench.metrics_scrape",
     "teardown": "bench.teardown",
     "stall": "bench.stall",
     "attack": "bench.attack",

@@ -199,6 +199,7 @@ class Session(WorkspaceReview):
             find_container=svc.find_container,
             live_restore=svc.live_restore(),
             search_io=svc.search_io,
+            stats=svc.stats,
         )
 
     def build_request(

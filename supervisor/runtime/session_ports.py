@@ -17,6 +17,7 @@ from supervisor.core.events import BaseEvent, parse_event
 from supervisor.core.models import TaskSpec
 from supervisor.core.policy import Policy, PolicySet
 from supervisor.core.resolve import Effective, container_request, workspace_mount
+from supervisor.core.stats import RuntimeStats
 from supervisor.core.task_state import Stage, TaskIdentity, TaskRecord
 from supervisor.core.workspace import task_user
 from supervisor.engine.base import Backend
@@ -59,6 +60,8 @@ class SessionServices:
     search_io: Executor | None = None
     workspace_roots: Sequence[Path] = field(default_factory=list)
     end_timeout_s: float = 30.0
+    stats: RuntimeStats | None = None
+    """The supervisor's counters, which its tasks add to."""
 
 
 class SessionEvents:

@@ -24,9 +24,11 @@ from supervisor.core.labels import container_labels
 from supervisor.core.logs import get_logger
 from supervisor.core.paths import default_state_dir
 from supervisor.core.policy import Policy, PolicySet, default_policies_dir
+from supervisor.core.stats import MetricsSnapshot, RuntimeStats
 from supervisor.core.workspace import WorkspaceSpec
 from supervisor.engine.base import Backend
 from supervisor.runtime.engine_checks import EngineChecks
+from supervisor.runtime.metrics import live_metrics
 from supervisor.runtime.ownership import lock_state_dir, owner_labels
 from supervisor.runtime.pool import SHARED, PoolPorts, Pools, shared_pool_ports
 from supervisor.runtime.reconcile import Reconciler
@@ -108,6 +110,7 @@ class Supervisor:
         self._workspaces: Workspaces | None = None
         #: Every warm pool: shared by sessions, or a session's own.
         self.pools = Pools()
+        self.stats = RuntimeStats()  # tasks, events, output since start; see metrics()
         self._started = False
         self._closed = False
         self._owner_labels: dict[str, str] = {}
@@ -265,6 +268,11 @@ class Supervisor:
         """ImageMissing when the policy's image is absent; PolicyError for a wrong pin."""
         await self.checks.check_image(policy)
 
+    def metrics(self) -> MetricsSnapshot:
+        """Counters since start and gauges as of now (runtime/metrics.py)."""
+        sessions, policies = self.sessions(), self.policies.all()
+        return live_metrics(self.stats, sessions, self.pools, policies, engine_up=self.engine_ok)
+
     # -- labels and orphans ----------------------------------------------------------
 
     def container_labels(self, **fields: Any) -> dict[str, str]:
@@ -323,6 +331,7 @@ class Supervisor:
                     self.store,
                     retention_events=self.event_retention,
                     sink_max_lag=self.sink_max_lag,
+                    on_emit=self.stats.event,
                 )
                 await events.load()
                 session = Session(self._services(), sid, events, created, workspace=ws)
@@ -384,6 +393,7 @@ class Supervisor:
             search_io=self.search_io,
             workspace_roots=self.workspace_roots,
             end_timeout_s=self.end_timeout_s,
+            stats=self.stats,
         )
 
     def prewarm_shared(self, policy_names: Sequence[str] = ("default",)) -> int:

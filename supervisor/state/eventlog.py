@@ -6,7 +6,7 @@ import asyncio
 import bisect
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from supervisor.core.errors import SessionEnded, StateStorageError
 from supervisor.core.events import BaseEvent, EventsGap, parse_event
@@ -43,8 +43,11 @@ class EventLog:
         memory_bytes: int = 32 * 1024 * 1024,
         retention_events: int = 100_000,
         sink_max_lag: int = 10_000,
+        on_emit: Callable[[BaseEvent], None] | None = None,
     ) -> None:
         self.session_id = session_id
+        #: Told of every event as it is logged (the supervisor's counters); must not block.
+        self._on_emit = on_emit
         self._store = store
         self._memory_events = memory_events
         self._memory_bytes = memory_bytes
@@ -93,6 +96,8 @@ class EventLog:
         logged = event.model_copy(update={"seq": self._next_seq, "ts": time.time()})
         self._next_seq += 1
         self._pending.append(logged)
+        if self._on_emit is not None:
+            self._on_emit(logged)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name=f"eventlog-{self.session_id}")
         return logged
@@ -195,6 +200,10 @@ class EventLog:
         if runner in self._sinks:
             self._sinks.remove(runner)
         await runner.detach()
+
+    def sink_lag(self) -> int:
+        """Published events the sink furthest behind has yet to take (0 without sinks)."""
+        return max((self.backlog(r.cursor) for r in self._sinks), default=0)
 
     async def read_after(self, after_seq: int, limit: int) -> list[BaseEvent]:
         """Published events with seq > after_seq (at most ``limit``), from memory or the store.

@@ -390,7 +390,7 @@ def _subcommands() -> list[list[str]]:
 def test_help_for_every_subcommand() -> None:
     commands = _subcommands()
     names = {" ".join(c) for c in commands}
-    assert {"run", "ps", "logs", "stop", "input", "wait", "events"} <= names
+    assert {"run", "ps", "logs", "stop", "input", "wait", "events", "top"} <= names
     assert {"session", "session list", "session end"} <= names
     procs = {
         " ".join(c): subprocess.Popen(

@@ -116,3 +116,27 @@ def test_quick_workspace_benches(tmp_path: Path) -> None:
     label = f"io.sbx.owner.pid={proc.pid}"
     assert not client.containers(all=True, filters={"label": label})
     assert not (client.volumes(filters={"label": label}) or {}).get("Volumes")
+
+
+def test_quick_metrics_scrape_bench(tmp_path: Path) -> None:
+    """The daemon's CPU under /metrics scrapes is measured, and the daemon's tasks go."""
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--out", str(out), "metrics-scrape"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        timeout=150,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(next(out.glob("metrics-scrape-*.json")).read_text())
+    rows = {r["metric"].split(",")[0]: r for r in data["rows"]}
+    cpu = rows["daemon CPU"]
+    assert cpu["ours"]["n"] == 1 and cpu["base"]["n"] == 1 and cpu["passed"] is not None
+    scrape = rows["one scrape of /metrics (HTTP on the unix socket)"]
+    assert scrape["ours"]["n"] >= 3 and scrape["ours"]["p50"] > 0
+    assert rows["/metrics body"]["ours"]["p50"] > 1000
+    assert rows["quiet tasks running"]["passed"] is True
+    assert rows["containers left after end"]["passed"] is True

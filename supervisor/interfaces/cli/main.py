@@ -16,6 +16,7 @@ from supervisor.interfaces.cli.common import HelpFormatter
 _MODULES = (
     "supervisor.interfaces.cli.run",
     "supervisor.interfaces.cli.tasks",
+    "supervisor.interfaces.cli.top",
     "supervisor.interfaces.cli.sessions",
     "supervisor.interfaces.cli.workspace",
     "supervisor.interfaces.cli.serve",
@@ -30,6 +31,7 @@ EPILOG = """\
 examples:
   sbx run -- make test       run a command in a sandbox, stream its output
   sbx run --bg -- npm start  in the background; then sbx ps, logs -f, stop
+  sbx top                    every session's tasks, live (q quits)
   sbx workspace diff         in a project: what the commands changed (then apply)
   sbx doctor                 check the engine, runtimes and images
   sbx images build           build the sandbox images (offline)

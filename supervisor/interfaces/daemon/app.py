@@ -35,6 +35,7 @@ from supervisor.interfaces.daemon.limits import (
     MAX_INPUT_BYTES,
     MAX_TOKENS_PER_SESSION,
 )
+from supervisor.interfaces.daemon.metrics import add_metrics_route
 from supervisor.interfaces.daemon.replies import (
     ERROR_DESCRIPTIONS,
     CreatedSession,
@@ -100,6 +101,7 @@ def create_app(
     add_event_routes(app, sup)
     add_fleet_routes(app, sup)
     add_workspace_routes(app, sup)
+    add_metrics_route(app, sup)
     if ui is not None:
         add_ui_routes(app, sup, auth, ui)
     app.openapi = functools.partial(_openapi, app)  # type: ignore[method-assign]

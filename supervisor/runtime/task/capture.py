@@ -4,6 +4,7 @@ and, for monitors, into line events that can be resumed exactly after a crash.""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -16,6 +17,7 @@ from supervisor.core.faults import crash_point
 from supervisor.core.monitor import LineChunker
 from supervisor.core.policy import Monitor
 from supervisor.core.resync import drop_known
+from supervisor.core.stats import RuntimeStats, StartPath
 from supervisor.core.task_state import CaptureState, OutputCounts, ResumeMarks, TaskState
 from supervisor.engine.base import AttachedStream
 from supervisor.runtime.aio import first_of
@@ -97,6 +99,7 @@ class Capture:
         *,
         monitor: MonitorFeed | None,
         on_checkpoint: Callable[[], None],
+        stats: RuntimeStats | None = None,
     ) -> None:
         self.state = state
         self.path = path
@@ -111,6 +114,10 @@ class Capture:
         self.last_output_mono = 0.0
         self._last_checkpoint = 0.0
         self._seen = asyncio.Event()
+        self.stats = stats
+        #: A fresh task's start path and acceptance time (``time.monotonic()``), until its
+        #: first output is counted; None for a task re-adopted after a restart.
+        self.first_byte_from: tuple[StartPath, float] | None = None
 
     def _new_output(self) -> OutputFile:
         out = OutputFile(self.path, self._cap, self.io)
@@ -184,6 +191,13 @@ class Capture:
         if err:
             capture.stderr_bytes += err
         capture.stdout_bytes += size - err
+        stats = self.stats
+        if stats is not None:
+            stats.output(size)
+            if self.first_byte_from is not None and size:
+                path, accepted = self.first_byte_from
+                self.first_byte_from = None
+                stats.first_byte(path, time.monotonic() - accepted)
         # Views into the engine's stream, written with one writev: no per-line work and
         # no copies on the background path.
         await self.out.append_parts(parts)

@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 
 from supervisor.core.events import BaseEvent
 from supervisor.core.policy import Policy
+from supervisor.core.stats import RuntimeStats
 from supervisor.core.task_state import Stage, TaskRecord
 from supervisor.engine.base import AttachedStream, Backend
 
@@ -143,3 +144,5 @@ class TaskPorts:
     search_io: Executor | None = None
     """Where wait_for scans output (its own threads, so long scans never hold up the
     output writers in ``io``); None: ``io``."""
+    stats: RuntimeStats | None = None
+    """The supervisor's counters (output bytes, start -> first byte); None: not counted."""

@@ -73,7 +73,11 @@ class TaskRunner:
             self.log,
             monitor=self.monitor,
             on_checkpoint=lambda: self._background(self.persist("running")),
+            stats=ports.stats,
         )
+        if state is None:
+            # A task accepted just now (not one re-read after a restart): time its start.
+            self.capture.first_byte_from = ("warm" if warm else "cold", time.monotonic())
         self.stdin = StdinWriter(ident.task_id)
         self.launcher = Launcher(ports.backend, ports.preflight, self.state, self.persist)
         self.supervision = Supervision(
