@@ -67,6 +67,9 @@ class ContainerRequest(_Frozen):
     log_max_size: str = "64m"
     log_max_files: int = 4
     mounts: list[Mount] = Field(default_factory=list)
+    placement: list[str] = Field(default_factory=list)
+    """Constraints on the node that runs it (``node.labels.sandbox==gvisor``), for
+    backends that place containers on nodes; a single-host backend ignores them."""
 
 
 class ContainerState(_Frozen):
@@ -85,6 +88,10 @@ class ContainerState(_Frozen):
     pid: int | None = None
     """Host pid of the container's PID 1 (local engines only; 0/None otherwise)."""
     runtime: str | None = None
+    lost: str | None = None
+    """Set when the container is gone with its node, or must be given up for it (the node
+    went down, was drained, its engine restarted): what happened, naming the node. Only
+    backends with ``Capabilities.node_loss`` set it; the task then ends as ``lost``."""
 
 
 class ContainerSummary(_Frozen):
@@ -104,3 +111,25 @@ class VolumeSummary(_Frozen):
 
     name: str
     labels: dict[str, str]
+
+
+class Capabilities(_Frozen):
+    """What a backend can do beyond the Protocol's common ground; the runtime adapts."""
+
+    stdin_eof: bool = True
+    """Closing the attached stdin gives the command EOF (Docker: StdinOnce; Swarm cannot:
+    it never sets StdinOnce)."""
+    warm_pool: bool = True
+    """Containers can be started ahead and handed a command over stdin (warm pools)."""
+    placement: bool = False
+    """The engine places containers on nodes and honours ``ContainerRequest.placement``."""
+    node_loss: bool = False
+    """``wait``/``inspect`` may report ``ContainerState.lost`` (multi-node engines)."""
+    workspaces: bool = True
+    """Host directories and named volumes of this host can be mounted (not on a cluster,
+    whose nodes do not see the supervisor's files)."""
+    session_networks: bool = True
+    """Per-session networks (policy ``network = "session"`` or ``"bridge"``)."""
+    exact_replay: bool = False
+    """``attach(logs=True)`` replays the whole log and follows it on one connection, with
+    no gap (a followed log): a re-attach needs no pause to be exact."""

@@ -152,9 +152,9 @@ class Supervisor:
             self.io, owner_labels, instance, self.state_dir
         )
         if self._backend is None:
-            from supervisor.engine.docker import DockerBackend  # noqa: PLC0415 - optional dep
+            from supervisor.engine.select import make_backend  # noqa: PLC0415 - optional dep
 
-            self._backend = DockerBackend(self._docker_host)
+            self._backend = make_backend(self._docker_host)
         if self.stall_watcher is None:
             self.stall_watcher = StallWatcher(self._backend, self.io)
         self._checks = EngineChecks(self._backend, self.policies)

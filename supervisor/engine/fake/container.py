@@ -182,6 +182,8 @@ class FakeContainer:
         self.finished_ns: int | None = None
         self.removed = False
         self.vanished = False
+        #: Set by FakeEngine.lose: its node is gone (reported as ContainerState.lost).
+        self.lost: str | None = None
         self.cpu_ns = 0
         #: What a warm container was told to export before its command (the task's env).
         self.exported: dict[str, str] = {}
@@ -226,6 +228,7 @@ class FakeContainer:
             finished_at=ZERO_TIME if self.finished_ns is None else rfc3339_ns(self.finished_ns),
             labels=dict(self.request.labels),
             runtime=self.request.runtime,
+            lost=self.lost,
         )
 
     def written(self) -> bytes:

@@ -1,0 +1,445 @@
+"""The engine Protocol on Docker Swarm: a task is a one-replica job service the manager
+places; its stdio, signals, pause and stats go to the engine of the node it landed on (named
+by the node's ``io.sbx.engine`` label). The handle the runtime holds is the service id.
+
+Swarm's jobs ignore node loss and drains, so ``wait`` watches the nodes itself and reports a
+task whose node went down, was drained or whose engine restarted as ``lost``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Literal
+
+from supervisor.core.container import (
+    Capabilities,
+    ContainerRequest,
+    ContainerState,
+    ContainerSummary,
+    Segment,
+)
+from supervisor.core.errors import (
+    EngineError,
+    EngineUnavailable,
+    PlacementUnavailable,
+    SupervisorError,
+    Unsupported,
+)
+from supervisor.core.logs import get_logger
+from supervisor.core.placement import matches_all, parse_constraint
+from supervisor.engine.base import AttachedStream
+from supervisor.engine.docker import DockerBackend
+from supervisor.engine.swarm.manager import ManagerAPI, NotFoundError
+from supervisor.engine.swarm.network import ensure_isolated_network
+from supervisor.engine.swarm.nodes import NodeRegistry, NodeView
+from supervisor.engine.swarm.spec import (
+    SWARM_SERVICE,
+    TaskStatus,
+    pick_task,
+    service_spec,
+)
+from supervisor.engine.swarm.stream import SwarmStream
+from supervisor.engine.swarm.unsupported import WithoutHostResources
+
+log = get_logger("supervisor.engine.swarm")
+
+#: How long a task may stay unplaced or unstarted before the start is given up.
+START_TIMEOUT_S = 60.0
+#: How long a call to the engine of a node that is gone may take (best effort).
+GONE_CALL_S = 3.0
+#: Handles of containers whose service is gone (the 20.10 job-removal bug): ctr:NODE:ID.
+ORPHAN = "ctr:"
+
+
+class SwarmBackend(WithoutHostResources):
+    """A Swarm cluster through its manager and its nodes' engines."""
+
+    name = "swarm"
+    local = False
+    capabilities = Capabilities(
+        stdin_eof=False,
+        warm_pool=False,
+        placement=True,
+        node_loss=True,
+        workspaces=False,
+        session_networks=False,
+        exact_replay=True,
+    )
+
+    def __init__(self, manager_url: str | None = None, *, tls_dir: str | None = None) -> None:
+        self.manager = ManagerAPI(manager_url, tls_dir=tls_dir)
+        self.nodes = NodeRegistry(self.manager, tls_dir=tls_dir)
+        #: service id → (node id, container id), once the task has a container.
+        self._where: dict[str, tuple[str, str]] = {}
+        #: Services created here and not attached yet: the first attach replays everything
+        #: (the command may have started before it; on one host attach comes before start).
+        self._fresh: set[str] = set()
+        self._ready_lock = asyncio.Lock()
+        self._ready = False
+
+    # -- setup ---------------------------------------------------------------------------
+
+    async def _ensure_ready(self) -> None:
+        if self._ready:
+            return
+        async with self._ready_lock:
+            if self._ready:
+                return
+            await self.nodes.loaded()
+            self.nodes.start()
+            await ensure_isolated_network(self.manager, self.nodes)
+            self._ready = True
+
+    async def ping(self) -> dict[str, str]:
+        info = await self.manager.call("GET", "/version")
+        swarm = (await self.manager.call("GET", "/info")).get("Swarm") or {}
+        if not swarm.get("ControlAvailable"):
+            raise EngineUnavailable(
+                f"{self.manager.url} is not a Swarm manager (swarm state: "
+                f"{swarm.get('LocalNodeState', '?')})"
+            )
+        return {
+            "version": str(info.get("Version", "?")),
+            "api_version": str(info.get("ApiVersion", "?")),
+            "os": str(info.get("Os", "?")),
+            "kernel": str(info.get("KernelVersion", "?")),
+        }
+
+    async def alive(self) -> bool:
+        return await self.manager.ping()
+
+    # -- placement ------------------------------------------------------------------------
+
+    async def eligible(self, request: ContainerRequest) -> tuple[list[NodeView], list[str]]:
+        """Nodes that may take the task (ready, active, engine answering as that node,
+        default runtime = the policy's, matching its placement), and why each other one
+        may not."""
+        wanted = [parse_constraint(c) for c in request.placement]
+        views = list((await self.nodes.refresh()).values())
+        facts = await asyncio.gather(*(self.nodes.facts(v.id) for v in views))
+        ok: list[NodeView] = []
+        why: list[str] = []
+        for view, fact in zip(views, facts, strict=True):
+            if not view.schedulable:
+                why.append(f"{view.name()}: {view.state}/{view.availability}")
+            elif not fact.answers:
+                why.append(f"{view.name()}: engine does not answer ({fact.error})")
+            elif fact.default_runtime != request.runtime:
+                why.append(f"{view.name()}: runs {fact.default_runtime}, not {request.runtime}")
+            elif not matches_all(wanted, view.attrs()):
+                why.append(f"{view.name()}: does not match {', '.join(request.placement)}")
+            else:
+                ok.append(view)
+        return ok, why
+
+    async def create(self, request: ContainerRequest) -> str:
+        if request.mounts:
+            raise Unsupported(
+                "the swarm backend cannot mount host folders or volumes (a node does not see "
+                "the supervisor's files): use a policy without a workspace"
+            )
+        if request.network != "none":
+            raise Unsupported(
+                f"the swarm backend runs tasks without a network only (asked: {request.network})"
+            )
+        await self._ensure_ready()
+        ok, why = await self.eligible(request)
+        if not ok:
+            raise PlacementUnavailable(
+                f"no Swarm node can run this task (runtime {request.runtime}, placement "
+                f"{request.placement or 'any'}): " + "; ".join(why)
+            )
+        # Swarm places among the eligible nodes only: one that is not (wrong runtime, mute
+        # engine) is excluded by id, so a task never lands where it must not run.
+        allowed = {v.id for v in ok}
+        exclude = [f"node.id!={n}" for n in self.nodes.nodes if n not in allowed]
+        spec = service_spec(request, constraints=[*request.placement, *exclude])
+        service_id = await self.manager.create_service(spec)
+        self._fresh.add(service_id)
+        return service_id
+
+    # -- locating a task's container ------------------------------------------------------
+
+    async def task(self, service_id: str) -> TaskStatus | None:
+        """The service's task now (None: the service is gone or has no task yet)."""
+        try:
+            tasks = await self.manager.tasks([service_id])
+        except NotFoundError:
+            return None
+        return pick_task(tasks)
+
+    async def _started(self, service_id: str) -> tuple[str, str]:
+        """(node id, container id) of the task, waiting until it has a started container.
+        EngineError when it ended without one; PlacementUnavailable when never placed."""
+        known = self._where.get(service_id)
+        if known is not None:
+            return known
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + START_TIMEOUT_S
+        delay = 0.05
+        while True:
+            status = await self.task(service_id)
+            if status is not None and status.node_id and status.container_id and status.started:
+                where = (status.node_id, status.container_id)
+                self._where[service_id] = where
+                return where
+            if status is not None and status.refused:
+                raise EngineError(
+                    f"Swarm did not start the task ({status.state}): "
+                    f"{status.error or status.message}"
+                )
+            if loop.time() > give_up:
+                detail = f"{status.state}: {status.error or status.message}" if status else ""
+                raise PlacementUnavailable(
+                    f"the task was not started within {START_TIMEOUT_S:g} s ({detail})"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    async def _located(self, service_id: str) -> tuple[DockerBackend, str] | None:
+        """The node engine and container of a task that has one (None: not yet, or gone)."""
+        if service_id.startswith(ORPHAN):
+            _, node_id, cid = service_id.split(":", 2)
+            return self.nodes.engine(node_id), cid
+        where = self._where.get(service_id)
+        if where is None:
+            status = await self.task(service_id)
+            if status is None or not (status.node_id and status.container_id):
+                return None
+            where = self._where[service_id] = (status.node_id, status.container_id)
+        await self.nodes.loaded()
+        return self.nodes.engine(where[0]), where[1]
+
+    async def _require(self, service_id: str) -> tuple[DockerBackend, str]:
+        found = await self._located(service_id)
+        if found is None:
+            raise EngineError(f"task {service_id[:12]} has no container")
+        return found
+
+    # -- stdio -----------------------------------------------------------------------------
+
+    async def attach(self, container_id: str, *, stdin: bool, logs: bool) -> AttachedStream:
+        node_id, cid = await self._started(container_id)
+        engine = self.nodes.engine(node_id)
+        whole = logs or container_id in self._fresh
+        self._fresh.discard(container_id)
+        output = engine.follow_logs(cid, whole=whole)
+        channel = await engine.attach_input(cid) if stdin else None
+        return SwarmStream(output, channel)
+
+    def logs(
+        self, container_id: str, *, tail: int | None = None, timestamps: bool = False
+    ) -> AsyncIterator[list[Segment]]:
+        return self._logs(container_id, tail, timestamps)
+
+    async def _logs(
+        self, service_id: str, tail: int | None, timestamps: bool
+    ) -> AsyncIterator[list[Segment]]:
+        found = await self._located(service_id)
+        if found is None:
+            return
+        engine, cid = found
+        async for segments in engine.logs(cid, tail=tail, timestamps=timestamps):
+            yield segments
+
+    async def start(self, container_id: str) -> None:
+        """Swarm starts the task itself once placed; wait for that (or its failure)."""
+        await self._started(container_id)
+
+    # -- the end of a task ----------------------------------------------------------------
+
+    async def wait(self, container_id: str) -> ContainerState:
+        node_id, cid = await self._started(container_id)
+        engine = self.nodes.engine(node_id)
+        outage = False
+        while True:
+            changed = self.nodes.changed
+            lost = self._node_lost(node_id)
+            if lost is not None:
+                return await self._give_up(container_id, engine, cid, lost)
+            waiter = asyncio.ensure_future(engine.wait(cid))
+            watcher = asyncio.ensure_future(changed.wait())
+            try:
+                await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                watcher.cancel()
+                if not waiter.done():
+                    waiter.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, SupervisorError):
+                        await waiter
+            if not waiter.done() or waiter.cancelled():
+                continue  # a node changed: look again
+            try:
+                state = waiter.result()
+            except EngineUnavailable as exc:
+                if not outage:
+                    log.warning("swarm_node_engine_unavailable", node=node_id, error=str(exc))
+                outage = True
+                await self._until_engine_back(node_id, engine)
+                continue
+            if outage:
+                # No live-restore in swarm mode: the engine's restart killed the command.
+                name = self.nodes.describe(node_id)
+                return state.model_copy(
+                    update={
+                        "lost": f"the engine of node {name} restarted (swarm mode has no "
+                        "live-restore): the command was killed with it"
+                    }
+                )
+            return state
+
+    def _node_lost(self, node_id: str) -> str | None:
+        view = self.nodes.get(node_id)
+        if view is None:
+            return f"node {node_id[:12]} left the swarm"
+        if view.gone:
+            return f"node {view.name()} is {view.state}"
+        if view.availability == "drain":
+            return f"node {view.name()} was drained: the task was stopped"
+        return None
+
+    async def _until_engine_back(self, node_id: str, engine: DockerBackend) -> None:
+        delay = 0.2
+        while self._node_lost(node_id) is None and not await engine.alive():
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _give_up(
+        self, service_id: str, engine: DockerBackend, cid: str, lost: str
+    ) -> ContainerState:
+        """Stop what may still run of a task whose node is lost (best effort: the node may be
+        unreachable) and report it lost."""
+        log.warning("swarm_task_lost", service=service_id[:12], detail=lost)
+        with contextlib.suppress(SupervisorError, TimeoutError):
+            await asyncio.wait_for(engine.kill(cid, "SIGKILL"), GONE_CALL_S)
+        state: ContainerState | None = None
+        with contextlib.suppress(SupervisorError, TimeoutError):
+            state = await asyncio.wait_for(engine.inspect(cid), GONE_CALL_S)
+        if state is None or state.running:
+            state = ContainerState(id=cid, status="exited", running=False, exit_code=None)
+        return state.model_copy(update={"lost": lost})
+
+    async def inspect(self, container_id: str) -> ContainerState | None:
+        if not container_id.startswith(ORPHAN) and container_id not in self._where:
+            status = await self.task(container_id)
+            if status is None:
+                return None
+            if not status.container_id:
+                if status.refused:
+                    return None
+                return ContainerState(id=container_id, status="created", running=False)
+        found = await self._located(container_id)
+        if found is None:
+            return None
+        engine, cid = found
+        node_id = self._where.get(container_id, ("", ""))[0]
+        lost = self._node_lost(node_id) if node_id else None
+        try:
+            state = await asyncio.wait_for(engine.inspect(cid), GONE_CALL_S if lost else None)
+        except (EngineUnavailable, TimeoutError):
+            if lost is None:
+                raise
+            state = ContainerState(id=cid, status="exited", running=False)
+        if state is None or lost is None:
+            return state
+        return state.model_copy(update={"lost": lost})
+
+    async def kill(self, container_id: str, signal: Literal["SIGTERM", "SIGKILL"]) -> None:
+        found = await self._located(container_id)
+        if found is None:
+            # Not started yet: removing the service keeps it from ever starting.
+            await self.manager.remove_service(container_id)
+            return
+        engine, cid = found
+        try:
+            await asyncio.wait_for(engine.kill(cid, signal), GONE_CALL_S * 5)
+        except (EngineUnavailable, TimeoutError):
+            if self._node_lost(self._where.get(container_id, ("", ""))[0]) is None:
+                raise
+
+    async def remove(self, container_id: str) -> None:
+        """The container through its node first (Engine 20.10 leaves a removed job's
+        containers behind), then the service."""
+        found: tuple[DockerBackend, str] | None = None
+        with contextlib.suppress(SupervisorError):
+            found = await self._located(container_id)
+        if found is not None:
+            engine, cid = found
+            try:
+                await asyncio.wait_for(engine.remove(cid), GONE_CALL_S * 5)
+            except (EngineUnavailable, TimeoutError) as exc:
+                log.warning("swarm_remove_unreachable", container=cid[:12], error=str(exc))
+        if not container_id.startswith(ORPHAN):
+            await self.manager.remove_service(container_id)
+        self._where.pop(container_id, None)
+        self._fresh.discard(container_id)
+
+    # -- listing -----------------------------------------------------------------------------
+
+    async def list_labeled(self, label: str) -> list[ContainerSummary]:
+        """Our services carrying ``label``, plus containers carrying it whose service is gone
+        (left by the 20.10 bug, or by a crash between the two removals)."""
+        await self._ensure_ready()
+        services = await self.manager.services(label)
+        out = [
+            ContainerSummary(
+                id=str(s["ID"]),
+                status="service",
+                labels=dict((s.get("Spec") or {}).get("Labels") or {}),
+            )
+            for s in services
+        ]
+        known = {row.id for row in out}
+        for node_id in list(self.nodes.nodes):
+            try:
+                engine = self.nodes.engine(node_id)
+                rows = await asyncio.wait_for(engine.list_labeled(label), GONE_CALL_S)
+            except (SupervisorError, TimeoutError):
+                continue
+            for row in rows:
+                service = row.labels.get(SWARM_SERVICE)
+                if service is not None and service not in known:
+                    out.append(
+                        ContainerSummary(
+                            id=f"{ORPHAN}{node_id}:{row.id}", status=row.status, labels=row.labels
+                        )
+                    )
+        return out
+
+    async def image_id(self, image: str) -> str | None:
+        """The image's id on the first schedulable node that has it."""
+        await self.nodes.loaded()
+        for view in self.nodes.nodes.values():
+            if not view.schedulable:
+                continue
+            try:
+                found = await self.nodes.engine(view.id).image_id(image)
+            except SupervisorError:
+                continue
+            if found is not None:
+                return found
+        return None
+
+    async def runtimes(self) -> set[str]:
+        """The runtimes tasks can get: the default runtimes of the nodes that answer (a
+        service cannot choose another)."""
+        await self.nodes.loaded()
+        facts = await asyncio.gather(*(self.nodes.facts(n) for n in list(self.nodes.nodes)))
+        return {f.default_runtime for f in facts if f.answers and f.default_runtime}
+
+    async def pause(self, container_id: str) -> None:
+        engine, cid = await self._require(container_id)
+        await engine.pause(cid)
+
+    async def unpause(self, container_id: str) -> None:
+        found = await self._located(container_id)
+        if found is not None:
+            await found[0].unpause(found[1])
+
+    async def cpu_time_ns(self, container_id: str) -> int | None:
+        found = await self._located(container_id)
+        return None if found is None else await found[0].cpu_time_ns(found[1])
+
+    async def aclose(self) -> None:
+        await self.nodes.aclose()

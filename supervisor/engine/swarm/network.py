@@ -1,0 +1,65 @@
+"""The one network Swarm tasks join: Swarm offers services no ``none`` network, so tasks get
+``sbx-isolated``, a swarm-scoped bridge that is internal (no route out), with traffic between
+its containers off and no address on the node's side. Its per-node settings live in a
+config-only network on every node's engine."""
+
+from __future__ import annotations
+
+import json
+
+from supervisor.core.errors import EngineError, SupervisorError
+from supervisor.core.logs import get_logger
+from supervisor.engine.docker import http
+from supervisor.engine.swarm.manager import ManagerAPI
+from supervisor.engine.swarm.nodes import NodeRegistry
+from supervisor.engine.swarm.spec import (
+    API_VERSION,
+    ISOLATED_CONFIG,
+    ISOLATED_NETWORK,
+    ISOLATED_OPTIONS,
+    LABEL_INFRA,
+)
+
+log = get_logger("supervisor.engine.swarm")
+
+
+async def ensure_isolated_network(manager: ManagerAPI, nodes: NodeRegistry) -> None:
+    """Create the config-only network on every node whose engine answers, then the swarm
+    network from it (both are kept: they hold no task state)."""
+    prefix = f"/v{API_VERSION}"
+    body = json.dumps(
+        {
+            "Name": ISOLATED_CONFIG,
+            "ConfigOnly": True,
+            "Options": ISOLATED_OPTIONS,
+            "Labels": {LABEL_INFRA: "swarm-network"},
+        }
+    ).encode()
+    for node_id in list(nodes.nodes):
+        try:
+            engine = nodes.engine(node_id)
+            status, raw = await http.exchange(
+                engine.endpoint, prefix, "POST", "/networks/create", timeout=10.0, body=body
+            )
+        except (SupervisorError, TimeoutError, OSError) as exc:
+            log.warning("swarm_network_node_skipped", node=node_id, error=str(exc))
+            continue
+        if status >= 400 and status != 409 and b"already exists" not in raw:
+            raise EngineError(f"{nodes.describe(node_id)}: config network: {raw[:200]!r}")
+    if await manager.network(ISOLATED_NETWORK) is not None:
+        return
+    try:
+        await manager.create_network(
+            {
+                "Name": ISOLATED_NETWORK,
+                "Driver": "bridge",
+                "Scope": "swarm",
+                "Internal": True,
+                # No labels: a network made from a config network takes no settings of its
+                # own (the engine refuses them); it is found by name.
+                "ConfigFrom": {"Network": ISOLATED_CONFIG},
+            }
+        )
+    except EngineError as exc:
+        if "already exists" not in str(exc):
+            raise
