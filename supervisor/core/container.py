@@ -88,6 +88,8 @@ class ContainerState(_Frozen):
     pid: int | None = None
     """Host pid of the container's PID 1 (local engines only; 0/None otherwise)."""
     runtime: str | None = None
+    node: str | None = None
+    """The node it runs on, for multi-node backends (``hostname (id)``); None on one host."""
     lost: str | None = None
     """Set when the container is gone with its node, or must be given up for it (the node
     went down, was drained, its engine restarted): what happened, naming the node. Only

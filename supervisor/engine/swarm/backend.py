@@ -48,6 +48,8 @@ log = get_logger("supervisor.engine.swarm")
 START_TIMEOUT_S = 60.0
 #: How long a call to the engine of a node that is gone may take (best effort).
 GONE_CALL_S = 3.0
+#: How many task placements ``placed`` remembers.
+PLACED_KEPT = 4096
 #: Handles of containers whose service is gone (the 20.10 job-removal bug): ctr:NODE:ID.
 ORPHAN = "ctr:"
 
@@ -75,6 +77,9 @@ class SwarmBackend(WithoutHostResources):
         #: Services created here and not attached yet: the first attach replays everything
         #: (the command may have started before it; on one host attach comes before start).
         self._fresh: set[str] = set()
+        #: service name → node id of the tasks placed lately (kept after removal, bounded).
+        self.placed: dict[str, str] = {}
+        self._names: dict[str, str] = {}
         self._ready_lock = asyncio.Lock()
         self._ready = False
 
@@ -157,6 +162,7 @@ class SwarmBackend(WithoutHostResources):
         spec = service_spec(request, constraints=[*request.placement, *exclude])
         service_id = await self.manager.create_service(spec)
         self._fresh.add(service_id)
+        self._names[service_id] = request.name
         return service_id
 
     # -- locating a task's container ------------------------------------------------------
@@ -181,9 +187,10 @@ class SwarmBackend(WithoutHostResources):
         while True:
             status = await self.task(service_id)
             if status is not None and status.node_id and status.container_id and status.started:
-                where = (status.node_id, status.container_id)
-                self._where[service_id] = where
-                return where
+                return self._remember(service_id, status.node_id, status.container_id)
+            if status is not None and status.start_failed:
+                # Swarm could not start it (e.g. a network the node lacks): not an exit.
+                raise EngineError(f"Swarm did not start the task ({status.state}): {status.error}")
             if status is not None and status.refused:
                 raise EngineError(
                     f"Swarm did not start the task ({status.state}): "
@@ -207,9 +214,16 @@ class SwarmBackend(WithoutHostResources):
             status = await self.task(service_id)
             if status is None or not (status.node_id and status.container_id):
                 return None
-            where = self._where[service_id] = (status.node_id, status.container_id)
+            where = self._remember(service_id, status.node_id, status.container_id)
         await self.nodes.loaded()
         return self.nodes.engine(where[0]), where[1]
+
+    def _remember(self, service_id: str, node_id: str, container_id: str) -> tuple[str, str]:
+        where = self._where[service_id] = (node_id, container_id)
+        self.placed[self._names.pop(service_id, service_id)] = node_id
+        if len(self.placed) > PLACED_KEPT:
+            del self.placed[next(iter(self.placed))]
+        return where
 
     async def _require(self, service_id: str) -> tuple[DockerBackend, str]:
         found = await self._located(service_id)
@@ -360,20 +374,49 @@ class SwarmBackend(WithoutHostResources):
 
     async def remove(self, container_id: str) -> None:
         """The container through its node first (Engine 20.10 leaves a removed job's
-        containers behind), then the service."""
-        found: tuple[DockerBackend, str] | None = None
-        with contextlib.suppress(SupervisorError):
-            found = await self._located(container_id)
-        if found is not None:
-            engine, cid = found
-            try:
-                await asyncio.wait_for(engine.remove(cid), GONE_CALL_S * 5)
-            except (EngineUnavailable, TimeoutError) as exc:
-                log.warning("swarm_remove_unreachable", container=cid[:12], error=str(exc))
-        if not container_id.startswith(ORPHAN):
-            await self.manager.remove_service(container_id)
+        containers behind, even one it creates after the removal), then the service."""
+        if container_id.startswith(ORPHAN):
+            with contextlib.suppress(SupervisorError):
+                found = await self._located(container_id)
+                if found is not None:
+                    await found[0].remove(found[1])
+            return
+        node_id = await self._settled_node(container_id)
+        if node_id is not None:
+            await self._remove_on_node(container_id, node_id)
+        await self.manager.remove_service(container_id)
         self._where.pop(container_id, None)
         self._fresh.discard(container_id)
+        self._names.pop(container_id, None)
+
+    async def _settled_node(self, service_id: str) -> str | None:
+        """The node of a task, once it is past the point where that node may still create
+        its container (None: never placed, or the service is gone)."""
+        where = self._where.get(service_id)
+        if where is not None:
+            return where[0]
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + START_TIMEOUT_S / 4
+        while True:
+            status = await self.task(service_id)
+            if status is None or status.node_id is None:
+                return None
+            if status.container_id or status.refused or loop.time() > give_up:
+                return status.node_id
+            await asyncio.sleep(0.2)
+
+    async def _remove_on_node(self, service_id: str, node_id: str) -> None:
+        """Remove every container of the service on its node (by Swarm's service label)."""
+        try:
+            engine = self.nodes.engine(node_id)
+            rows = await asyncio.wait_for(
+                engine.list_labeled(f"{SWARM_SERVICE}={service_id}"), GONE_CALL_S * 5
+            )
+            for row in rows:
+                await asyncio.wait_for(engine.remove(row.id), GONE_CALL_S * 5)
+        except (SupervisorError, TimeoutError) as exc:
+            # A node that is gone keeps it; the next sweep reaps it (an orphan handle).
+            log.warning("swarm_remove_unreachable", service=service_id[:12], error=str(exc))
 
     # -- listing -----------------------------------------------------------------------------
 

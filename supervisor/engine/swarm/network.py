@@ -6,6 +6,7 @@ config-only network on every node's engine."""
 from __future__ import annotations
 
 import json
+import urllib.parse
 
 from supervisor.core.errors import EngineError, SupervisorError
 from supervisor.core.logs import get_logger
@@ -35,16 +36,24 @@ async def ensure_isolated_network(manager: ManagerAPI, nodes: NodeRegistry) -> N
             "Labels": {LABEL_INFRA: "swarm-network"},
         }
     ).encode()
+    query = urllib.parse.quote(json.dumps({"name": [ISOLATED_CONFIG]}))
     for node_id in list(nodes.nodes):
         try:
             engine = nodes.engine(node_id)
+            # The engine creates config-only networks of the same name again and again (and
+            # a swarm network made from one is then ambiguous): create only when missing.
+            status, raw = await http.exchange(
+                engine.endpoint, prefix, "GET", f"/networks?filters={query}", timeout=10.0
+            )
+            if status == 200 and any(n.get("Name") == ISOLATED_CONFIG for n in json.loads(raw)):
+                continue
             status, raw = await http.exchange(
                 engine.endpoint, prefix, "POST", "/networks/create", timeout=10.0, body=body
             )
-        except (SupervisorError, TimeoutError, OSError) as exc:
+        except (SupervisorError, TimeoutError, OSError, ValueError) as exc:
             log.warning("swarm_network_node_skipped", node=node_id, error=str(exc))
             continue
-        if status >= 400 and status != 409 and b"already exists" not in raw:
+        if status >= 400:
             raise EngineError(f"{nodes.describe(node_id)}: config network: {raw[:200]!r}")
     if await manager.network(ISOLATED_NETWORK) is not None:
         return

@@ -76,11 +76,20 @@ class TaskStatus:
     def started(self) -> bool:
         """The container exists and was started (or already ended)."""
         return self.container_id is not None and self.state in (
-            "starting",
             "running",
             "complete",
             "failed",
             "shutdown",
+        )
+
+    @property
+    def start_failed(self) -> bool:
+        """Swarm gave up on it before the command ran (a failed task whose error is not the
+        command's own non-zero exit)."""
+        return (
+            self.state in ("failed", "rejected")
+            and bool(self.error)
+            and "non-zero exit" not in self.error
         )
 
     @property
