@@ -27,12 +27,12 @@ from supervisor.core.errors import (
     Unsupported,
 )
 from supervisor.core.logs import get_logger
-from supervisor.core.placement import matches_all, parse_constraint
 from supervisor.engine.base import AttachedStream
 from supervisor.engine.docker import DockerBackend
 from supervisor.engine.swarm.manager import ManagerAPI, NotFoundError
 from supervisor.engine.swarm.network import ensure_isolated_network
-from supervisor.engine.swarm.nodes import NodeRegistry, NodeView
+from supervisor.engine.swarm.nodes import NodeRegistry
+from supervisor.engine.swarm.placing import eligible_nodes
 from supervisor.engine.swarm.spec import (
     SWARM_SERVICE,
     TaskStatus,
@@ -116,28 +116,6 @@ class SwarmBackend(WithoutHostResources):
 
     # -- placement ------------------------------------------------------------------------
 
-    async def eligible(self, request: ContainerRequest) -> tuple[list[NodeView], list[str]]:
-        """Nodes that may take the task (ready, active, engine answering as that node,
-        default runtime = the policy's, matching its placement), and why each other one
-        may not."""
-        wanted = [parse_constraint(c) for c in request.placement]
-        views = list((await self.nodes.refresh()).values())
-        facts = await asyncio.gather(*(self.nodes.facts(v.id) for v in views))
-        ok: list[NodeView] = []
-        why: list[str] = []
-        for view, fact in zip(views, facts, strict=True):
-            if not view.schedulable:
-                why.append(f"{view.name()}: {view.state}/{view.availability}")
-            elif not fact.answers:
-                why.append(f"{view.name()}: engine does not answer ({fact.error})")
-            elif fact.default_runtime != request.runtime:
-                why.append(f"{view.name()}: runs {fact.default_runtime}, not {request.runtime}")
-            elif not matches_all(wanted, view.attrs()):
-                why.append(f"{view.name()}: does not match {', '.join(request.placement)}")
-            else:
-                ok.append(view)
-        return ok, why
-
     async def create(self, request: ContainerRequest) -> str:
         if request.mounts:
             raise Unsupported(
@@ -149,7 +127,7 @@ class SwarmBackend(WithoutHostResources):
                 f"the swarm backend runs tasks without a network only (asked: {request.network})"
             )
         await self._ensure_ready()
-        ok, why = await self.eligible(request)
+        ok, why = await eligible_nodes(self.nodes, request)
         if not ok:
             raise PlacementUnavailable(
                 f"no Swarm node can run this task (runtime {request.runtime}, placement "
@@ -451,25 +429,11 @@ class SwarmBackend(WithoutHostResources):
         return out
 
     async def image_id(self, image: str) -> str | None:
-        """The image's id on the first schedulable node that has it."""
-        await self.nodes.loaded()
-        for view in self.nodes.nodes.values():
-            if not view.schedulable:
-                continue
-            try:
-                found = await self.nodes.engine(view.id).image_id(image)
-            except SupervisorError:
-                continue
-            if found is not None:
-                return found
-        return None
+        return await self.nodes.image_id(image)
 
     async def runtimes(self) -> set[str]:
-        """The runtimes tasks can get: the default runtimes of the nodes that answer (a
-        service cannot choose another)."""
-        await self.nodes.loaded()
-        facts = await asyncio.gather(*(self.nodes.facts(n) for n in list(self.nodes.nodes)))
-        return {f.default_runtime for f in facts if f.answers and f.default_runtime}
+        """The default runtimes of the nodes that answer (a service cannot choose another)."""
+        return await self.nodes.default_runtimes()
 
     async def pause(self, container_id: str) -> None:
         engine, cid = await self._require(container_id)

@@ -252,6 +252,26 @@ class NodeRegistry:
         self._facts[node_id] = facts
         return facts
 
+    async def image_id(self, image: str) -> str | None:
+        """The image's id on the first schedulable node that has it."""
+        await self.loaded()
+        for view in list(self.nodes.values()):
+            if not view.schedulable:
+                continue
+            try:
+                found = await self.engine(view.id).image_id(image)
+            except SupervisorError:
+                continue
+            if found is not None:
+                return found
+        return None
+
+    async def default_runtimes(self) -> set[str]:
+        """The default runtimes of the nodes whose engines answer."""
+        await self.loaded()
+        facts = await asyncio.gather(*(self.facts(n) for n in list(self.nodes)))
+        return {f.default_runtime for f in facts if f.answers and f.default_runtime}
+
     def forget_facts(self, node_id: str) -> None:
         self._facts.pop(node_id, None)
 
