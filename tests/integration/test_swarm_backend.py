@@ -221,3 +221,72 @@ async def test_cut_worker_ends_its_task_lost_within_30s(
         manager.close()
     await session.end()
     assert len(terminal(sink.events, info.task_id)) == 1
+
+
+LINES = 300
+SLOW = f"i=0; while [ $i -lt {LINES} ]; do i=$((i+1)); echo line$i; sleep 0.01; done"
+EXPECTED = "".join(f"line{i}\n" for i in range(1, LINES + 1)).encode()
+
+
+def test_sigkill_during_output_on_two_nodes_exact_after_restart(
+    lab: Lab,  # noqa: F811
+    tmp_path: Path,
+    swarm_policies: Path,
+) -> None:
+    from tests.e2e.conftest import start_daemon  # noqa: PLC0415 - the e2e daemon helper
+    from tests.e2e.test_crash import wait_final  # noqa: PLC0415
+
+    state = tmp_path / "daemon"
+    backend = ("--backend", "swarm", "--docker-host", lab.docker_host)
+    first = start_daemon(state, swarm_policies, *backend, stop_tasks_on_exit=False)
+    tids: dict[str, str] = {}
+    try:
+        with first.client() as c:
+            c.post("/sessions", json={"session_id": "s"}).raise_for_status()
+            for policy in ("onw1", "gvisor"):
+                r = c.post("/sessions/s/tasks", json={"command": SLOW, "policy": policy})
+                r.raise_for_status()
+                tids[policy] = r.json()["task_id"]
+            deadline = time.monotonic() + 60
+            # Killed while both commands are printing, on two nodes.
+            while not all(
+                0 < c.get(f"/sessions/s/tasks/{t}").json()["output_bytes"] < len(EXPECTED) // 2
+                for t in tids.values()
+            ):
+                assert time.monotonic() < deadline, "the tasks never began printing"
+                time.sleep(0.05)
+        with docker.APIClient(base_url=lab.docker_host, version="auto", timeout=30) as m:
+            for tid in tids.values():  # they run as Swarm services, not on the host engine
+                assert len(m.services(filters={"label": f"io.sbx.task={tid}"})) == 1
+    finally:
+        first.proc.kill()
+        first.proc.wait(timeout=30)
+    second = start_daemon(state, swarm_policies, *backend, stop_tasks_on_exit=True)
+    try:
+        with second.client() as c:
+            for policy, tid in tids.items():
+                task = wait_final(c, "s", tid)
+                assert task["status"] == "completed", (policy, task)
+                assert Path(task["output_path"]).read_bytes() == EXPECTED, policy
+            events = c.get("/sessions/s/events", params={"limit": 10000}).json()["events"]
+            for tid in tids.values():
+                ends = [
+                    e
+                    for e in events
+                    if e.get("task_id") == tid and e["type"] in ("task.stopped", "task.failed")
+                ]
+                assert len(ends) == 1, ends
+            c.delete("/sessions/s").raise_for_status()
+    finally:
+        assert second.stop() == 0
+    manager = docker.APIClient(base_url=lab.docker_host, version="auto", timeout=30)
+    try:
+        for tid in tids.values():
+            assert manager.services(filters={"label": f"io.sbx.task={tid}"}) == []
+    finally:
+        manager.close()
+    for name, url in lab.engines.items():
+        with engine(url) as node:
+            for tid in tids.values():
+                rows = node.containers(all=True, filters={"label": f"io.sbx.task={tid}"})
+                assert rows == [], (name, tid)
