@@ -6,6 +6,8 @@ tasks ended as lost naming the node, and nothing of ours left on any node afterw
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -290,3 +292,29 @@ def test_sigkill_during_output_on_two_nodes_exact_after_restart(
             for tid in tids.values():
                 rows = node.containers(all=True, filters={"label": f"io.sbx.task={tid}"})
                 assert rows == [], (name, tid)
+
+
+async def test_node_engine_restart_ends_its_task_lost_with_output_so_far(
+    swarm: Supervisor,
+    lab: Lab,  # noqa: F811
+) -> None:
+    sink = MemorySink()
+    session = await swarm.open_session("restart", sinks=[sink])
+    info = await session.start(TaskSpec(command="seq 1 5; sleep 600", policy="onw1"))
+    await wait_for_output(session, info.task_id, "5\n", 60)
+    env = run_lab("env").stdout
+    run_dir = dict(line.split("=", 1) for line in env.splitlines() if "=" in line).get(
+        "SBX_LAB_RUN_DIR", "/run/sbx-swarm-lab"
+    )
+    pid = int(Path(run_dir, "n2", "dockerd.pid").read_text())  # w1's dockerd, the lab's own
+    os.kill(pid, signal.SIGTERM)  # no live-restore in swarm mode: its containers die
+    try:
+        ended = await session.wait(info.task_id, timeout_s=90)
+        assert ended.reason == "lost", ended
+        assert "sbx-lab-w1" in (ended.error or ""), ended
+        assert Path(ended.output_path).read_bytes() == b"1\n2\n3\n4\n5\n"
+    finally:
+        up = run_lab("up", timeout_s=300)
+        assert up.returncode == 0, up.stderr
+    await session.end()
+    assert len(terminal(sink.events, info.task_id)) == 1
