@@ -318,3 +318,28 @@ async def test_node_engine_restart_ends_its_task_lost_with_output_so_far(
         assert up.returncode == 0, up.stderr
     await session.end()
     assert len(terminal(sink.events, info.task_id)) == 1
+
+
+async def test_doctor_reports_every_node_its_engine_runtime_and_labels(
+    lab: Lab,  # noqa: F811
+    tmp_path: Path,
+    swarm_policies: Path,
+) -> None:
+    from supervisor.tooling.doctor import run_checks  # noqa: PLC0415
+
+    backend = SwarmBackend(lab.docker_host)
+    try:
+        report = await run_checks(
+            backend, state_dir=tmp_path / "state", policies_dir=swarm_policies, probe=False
+        )
+    finally:
+        await backend.aclose()
+    summary = report.get("swarm nodes")
+    assert summary is not None and summary.status == "ok", summary
+    runtimes = {"manager": "runc", "w1": "runc", "w2": "runsc"}
+    for name, url in lab.engines.items():
+        check = report.get(f"node sbx-lab-{name}")
+        assert check is not None and check.status == "ok", check
+        assert check.facts["engine"] == url and check.facts["answers"] is True
+        assert check.facts["default_runtime"] == runtimes[name]
+        assert (check.facts["labels"].get("sandbox") == "gvisor") == (name == "w2")
