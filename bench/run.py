@@ -42,6 +42,7 @@ BENCHMARKS = {
     "attack": "bench.attack",
     "workspace": "bench.workspace",
     "workspace-start": "bench.workspace_start",
+    "swarm": "bench.swarm",
 }
 ALIASES = {"event-latency": "latency", "events": "latency", "under-attack": "attack"}
 

@@ -93,7 +93,7 @@ class SwarmBackend(WithoutHostResources):
                 return
             await self.nodes.loaded()
             self.nodes.start()
-            await ensure_isolated_network(self.manager, self.nodes)
+            await ensure_isolated_network(self.manager)
             self._ready = True
 
     async def ping(self) -> dict[str, str]:

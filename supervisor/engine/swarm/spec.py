@@ -12,15 +12,9 @@ from supervisor.core.container import ContainerRequest
 #: The engine API version the backend speaks: jobs, pids limits, capabilities and ulimits
 #: in a service all arrived in 1.41 (Engine 20.10); newer engines accept it too.
 API_VERSION = "1.41"
-#: The swarm-scoped network every task joins instead of ``none`` (which Swarm does not
-#: offer): internal (no route out), inter-container traffic off, no address on the bridge.
-ISOLATED_NETWORK = "sbx-isolated"
-#: Its per-node configuration (a config-only network on every node's engine).
-ISOLATED_CONFIG = "sbx-isolated-cfg"
-ISOLATED_OPTIONS = {
-    "com.docker.network.bridge.enable_icc": "false",
-    "com.docker.network.bridge.inhibit_ipv4": "true",
-}
+#: The swarm network every task joins instead of ``none`` (which Swarm does not offer to
+#: services): an internal overlay, no route out (engine/swarm/network.py says why not a bridge).
+ISOLATED_NETWORK = "sbx-tasks"
 #: Labels the backend adds to every service and container it makes.
 LABEL_RUNTIME = "io.sbx.swarm.runtime"
 LABEL_INFRA = "io.sbx.infra"
@@ -38,10 +32,10 @@ UNEXPRESSED: dict[str, str] = {
     "engine has runsc as its default runtime; the backend excludes nodes whose default "
     "runtime differs from the policy's, policies add node.labels.sandbox==gvisor, and a "
     "task found on a node with another runtime is killed and fails (fail closed)",
-    "network none": "Swarm offers no `none` network to services (only host and bridge): "
-    "tasks join sbx-isolated, an internal swarm-scoped bridge with inter-container traffic "
-    "off and no address on the bridge (no route out, no peers, not the node), with DNS "
-    "pointed at 127.0.0.1; on gVisor nodes runsc --network=none removes networking outright",
+    "network none": "Swarm offers services no `none` network: tasks join sbx-tasks, an "
+    "internal overlay (no route out of the cluster, DNS pointed at 127.0.0.1), where tasks "
+    "CAN reach each other; on gVisor nodes runsc --network=none removes networking outright, "
+    "so untrusted code gets no network at all",
     "no-new-privileges": "not in ContainerSpec before API 1.46: every node's engine runs with "
     '"no-new-privileges": true in daemon.json (the lab does); cap_drop ALL leaves setuid '
     "binaries no capabilities either way",
