@@ -25,7 +25,7 @@ import docker.utils.socket
 
 from supervisor import Supervisor, TaskSpec
 from supervisor.core.demux import FrameDemux
-from supervisor.core.labels import LABEL_OWNER, LABEL_PREFIX
+from supervisor.core.labels import LABEL_KIND, LABEL_OWNER, LABEL_PREFIX
 from supervisor.core.policy import PolicySet
 from supervisor.core.resolve import container_request, resolve
 from supervisor.engine.docker import attach_request, request_to_config
@@ -489,6 +489,34 @@ class RawDocker:
             with contextlib.suppress(docker.errors.APIError):
                 self.client.remove_container(r["Id"], force=True, v=True)
         return len(rows)
+
+    def pool_memory_mb(self) -> tuple[float, float]:
+        """What one warm container waiting in a pool costs in memory, in MB (means; NaN when
+        there is none): inside it (engine stats, page cache excluded), and on the host its
+        containerd shim (PSS, so pages shared with other shims are split among them)."""
+        inside: list[float] = []
+        shim: list[float] = []
+        mine = [f"{LABEL_KIND}=pooled", f"{OWNER_PID_LABEL}={PID}"]
+        ids = [c["Id"] for c in self.client.containers(filters={"label": mine})]
+        for cid in ids:
+            stats = self.client.stats(cid, stream=False)
+            mem = stats.get("memory_stats", {})
+            cache = mem.get("stats", {}).get("inactive_file", 0)
+            inside.append((mem.get("usage", 0) - cache) / 2**20)
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                args = (proc / "cmdline").read_bytes().split(b"\0")
+                if b"containerd-shim" in args[0] and any(i.encode() in args for i in ids):
+                    for line in (proc / "smaps_rollup").read_text().splitlines():
+                        if line.startswith("Pss:"):
+                            shim.append(int(line.split()[1]) / 1024)
+
+        def mean(xs: list[float]) -> float:
+            return sum(xs) / len(xs) if xs else float("nan")
+
+        return mean(inside), mean(shim)
 
     def count_session(self, session_id: str) -> int:
         return len(

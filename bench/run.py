@@ -33,6 +33,7 @@ from supervisor.core.logs import configure_logging
 #: name -> module, in the order ``make bench`` runs them.
 BENCHMARKS = {
     "start": "bench.start",
+    "http-start": "bench.http_start",
     "burst": "bench.burst",
     "throughput": "bench.throughput",
     "latency": "bench.latency",

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from supervisor.core.models import OutputSlice, PatternMatch, TaskInfo, TaskLimits, TaskSpec
     from supervisor.core.policy import Policy
     from supervisor.core.render import render_json, render_xml
+    from supervisor.core.workspace import WorkspaceSpec
     from supervisor.runtime.session import Session
     from supervisor.runtime.supervisor import Supervisor
     from supervisor.state.sinks import CallbackSink, JsonlSink, MemorySink, Sink
@@ -99,6 +100,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "render_xml": ("supervisor.core.render", "render_xml"),
     "Session": ("supervisor.runtime.session", "Session"),
     "Supervisor": ("supervisor.runtime.supervisor", "Supervisor"),
+    "WorkspaceSpec": ("supervisor.core.workspace", "WorkspaceSpec"),
     **{
         name: ("supervisor.state.sinks", name)
         for name in ("CallbackSink", "JsonlSink", "MemorySink", "Sink")
@@ -143,6 +145,7 @@ __all__ = [
     "TaskStarted",
     "TaskStopped",
     "WaitTimeout",
+    "WorkspaceSpec",
     "parse_event",
     "render_json",
     "render_xml",

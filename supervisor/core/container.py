@@ -53,8 +53,11 @@ class ContainerRequest(_Frozen):
     working_dir: str
     runtime: str = "runc"
     network: str = "none"
+    """A network made by ``Backend.ensure_network``, or ``none``: no connectivity at all
+    (not necessarily no interface: on Kubernetes every pod has one, and policy denies)."""
     network_aliases: list[str] = Field(default_factory=list)
-    """Names other containers on the same (user-defined) network can use to reach this one."""
+    """Names other containers on the same (user-defined) network can use to reach this one.
+    At most one is portable (Kubernetes has one ``spec.hostname``); tasks use their id."""
     read_only: bool = True
     tmpfs: dict[str, str] = Field(default_factory=dict)
     memory_bytes: int

@@ -4,7 +4,8 @@ A workspace is a host directory and a mode, fixed when the session opens:
 - ``overlay`` (default): the project as it is on disk, every write going to a per-session
   upper layer that the user reviews and applies (or discards);
 - ``ro``: a read-only bind; ``rw``: a read-write bind (opt-in) with the repository's
-  ``.git/hooks`` and ``.git/config`` kept read-only.
+  ``.git`` kept read-only (hooks, config and refs could run code or rewrite history on
+  the host).
 Tasks see it at the host's own absolute path (so paths in errors, stack traces and a host
 venv's scripts mean the same inside and out) and run in it, as the uid:gid that owns it.
 The I/O (realpath, stat) happens in the caller; this module decides from values.

@@ -64,7 +64,9 @@ class Backend(Protocol):
         ...
 
     async def pause(self, container_id: str) -> None:
-        """Freeze every process of a running container (its output stops at once)."""
+        """Freeze every process of a running container (its output stops at once). An
+        engine that cannot pause (Kubernetes has no pause) raises EngineError; a re-attach
+        then falls back to a replay (docs/kubernetes.md, "No pause")."""
         ...
 
     async def unpause(self, container_id: str) -> None:
@@ -108,7 +110,8 @@ class Backend(Protocol):
         ...
 
     async def runtimes(self) -> set[str]:
-        """Names of the OCI runtimes the engine knows."""
+        """The runtimes the engine can run containers with, by the names policies use in
+        ``runtime`` (Docker: its registered OCI runtimes)."""
         ...
 
     async def live_restore(self) -> bool:
@@ -122,8 +125,10 @@ class Backend(Protocol):
     async def ensure_network(
         self, name: str, labels: dict[str, str], *, internal: bool = False
     ) -> None:
-        """Create a bridge network if missing; ``internal``: no route out (containers on it
-        reach each other, nothing else)."""
+        """Make sure the network exists: containers on it reach each other by their
+        aliases; ``internal``: nothing else (no route out). Defined by what it allows, not
+        how: Docker makes a bridge network, an engine where every container has an
+        interface (Kubernetes) makes a policy."""
         ...
 
     async def remove_network(self, name: str) -> None:

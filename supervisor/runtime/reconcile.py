@@ -98,6 +98,19 @@ class Reconciler:
                 return row.id
         return None
 
+    async def reap_unowned(self) -> int:
+        """Reap our own instance's containers that no task owns (a crash left them: a warm
+        container never bound, a container created but not recorded). Returns how many."""
+        try:
+            rows = await self.backend.list_labeled(f"{LABEL_OWNER}={self.instance_id}")
+        except SupervisorError as exc:
+            log.info("reconcile_list_failed", error=str(exc))
+            return 0
+        reaped = 0
+        for row in rows:
+            reaped += await self.adopt_or_reap(row.id, row.labels)
+        return reaped
+
     async def run(self, every_s: float = 10.0) -> None:
         """The loop: heartbeat, reap our unowned containers; now and then a full sweep."""
         ticks = 0
@@ -108,13 +121,7 @@ class Reconciler:
             await loop.run_in_executor(self.io, heartbeat, self.state_dir)
             if not self._engine_ok():
                 continue
-            try:
-                rows = await self.backend.list_labeled(f"{LABEL_OWNER}={self.instance_id}")
-            except SupervisorError as exc:
-                log.info("reconcile_list_failed", error=str(exc))
-                continue
-            for row in rows:
-                await self.adopt_or_reap(row.id, row.labels)
+            await self.reap_unowned()
             if self.sweep_orphans and ticks % _SWEEP_EVERY == 0:
                 await self.sweep()
                 await self._reap_more()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import secrets
 import time
@@ -18,7 +17,6 @@ from supervisor.core.errors import (
     EngineUnavailable,
     PolicyError,
     SessionNotFound,
-    StateStorageError,
     SupervisorError,
 )
 from supervisor.core.ids import check_session_id, new_session_id, new_task_id
@@ -26,16 +24,17 @@ from supervisor.core.labels import container_labels
 from supervisor.core.logs import get_logger
 from supervisor.core.paths import default_state_dir
 from supervisor.core.policy import Policy, PolicySet, default_policies_dir
-from supervisor.core.task_state import TaskRecord
 from supervisor.core.workspace import WorkspaceSpec
 from supervisor.engine.base import Backend
 from supervisor.runtime.engine_checks import EngineChecks
 from supervisor.runtime.ownership import lock_state_dir, owner_labels
-from supervisor.runtime.pool import PoolPorts, Pools, shared_pool_ports
+from supervisor.runtime.pool import SHARED, PoolPorts, Pools, shared_pool_ports
 from supervisor.runtime.reconcile import Reconciler
+from supervisor.runtime.restore import restore_sessions
 from supervisor.runtime.session import Session
 from supervisor.runtime.session_ports import SessionServices
 from supervisor.runtime.stall_watch import StallWatcher
+from supervisor.runtime.state_space import StateSpace
 from supervisor.runtime.workspace import Workspace
 from supervisor.runtime.workspaces import RETENTION_S, Workspaces, same_spec
 from supervisor.state.eventlog import EventLog
@@ -95,6 +94,7 @@ class Supervisor:
         self.end_timeout_s = end_timeout_s
         self.min_free_bytes = min_free_bytes
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sbx-io")
+        self._space = StateSpace(self.state_dir, min_free_bytes, self.io)
         #: wait_for scans: a pattern searched through hundreds of MB never holds up output
         #: writes; more parallel scans than threads wait their turn.
         self.search_io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sbx-scan")
@@ -193,7 +193,11 @@ class Supervisor:
                 self.live_restore = await self._backend.live_restore()
             except SupervisorError as exc:
                 log.warning("live_restore_unknown", error=str(exc), assumed=self.live_restore)
-        await self._restore()
+        await restore_sessions(self.store, self.open_session)
+        if self.engine_ok:
+            # What the last run left unbound (warm containers, unrecorded creates) goes now,
+            # not a reconcile round later: a restart may be followed by a quick stop.
+            await self.reconciler.reap_unowned()
         if self.engine_ok and self.sweep_orphans:
             await self.sweep()
         self._reconciler = asyncio.create_task(self.reconciler.run(), name="reconcile")
@@ -286,39 +290,9 @@ class Supervisor:
         """Our container for ``task_id``, found by its labels (any state)."""
         return await self.reconciler.find_container(task_id)
 
-    async def _restore(self) -> None:
-        """Re-open the sessions that were open when the last supervisor on this state dir
-        stopped (or died) and re-adopt their tasks."""
-        for sid, _created, ended, data in await self.store.all_sessions():
-            if ended is not None:
-                continue
-            session = await self.open_session(sid)
-            try:
-                digests = json.loads(data or "{}").get("token_sha256", [])
-            except ValueError:
-                digests = []
-            session.token_digests = list(digests)
-            restored = 0
-            for task_id, _, stage, raw in await self.store.tasks(sid):
-                try:
-                    record = TaskRecord.model_validate_json(raw)
-                except ValueError as exc:
-                    log.warning("task_record_unreadable", task_id=task_id, error=str(exc))
-                    continue
-                session.restore_task(record)
-                restored += stage != "ended"
-            log.info("session_restored", session_id=sid, resumed_tasks=restored)
-
     async def check_state_space(self) -> None:
         """Refuse new work while the state volume is (nearly) full (``min_free_bytes``)."""
-        loop = asyncio.get_running_loop()
-        stat = await loop.run_in_executor(self.io, os.statvfs, self.state_dir)
-        free = stat.f_bavail * stat.f_frsize
-        if free < self.min_free_bytes:
-            raise StateStorageError(
-                f"the state volume at {self.state_dir} is full ({free // 1024} KiB free); "
-                "new tasks are refused until space returns"
-            )
+        await self._space.check()
 
     # -- sessions --------------------------------------------------------------------
 
@@ -411,6 +385,21 @@ class Supervisor:
             workspace_roots=self.workspace_roots,
             end_timeout_s=self.end_timeout_s,
         )
+
+    def prewarm_shared(self, policy_names: Sequence[str] = ("default",)) -> int:
+        """Start filling the shared pools of these policies to their floor (``warm_pool``)
+        in the background, so the first start is warm too. Policies whose containers name
+        a session (a session network) have no shared pool. Returns how many pools fill."""
+        filling = 0
+        for name in policy_names:
+            if name not in self.policies.names():
+                continue
+            policy = self.policies.get(name)
+            if policy.warm_pool <= 0 or policy.network != "none" or not self.engine_ok:
+                continue
+            self.pools.get(policy, SHARED, self._shared_pool_ports).refill()
+            filling += 1
+        return filling
 
     def _shared_pool_ports(self) -> PoolPorts:
         """The pools every session shares: containers that name no session."""

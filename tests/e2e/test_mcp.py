@@ -245,16 +245,23 @@ async def test_list_tools_shows_every_tool_with_schemas(daemon: Daemon) -> None:
         assert bash["required"] == ["command"]
         props = bash["properties"]
         assert props["command"]["type"] == "string"
-        assert props["timeout"]["type"] == "integer"
-        assert props["timeout"]["default"] == 120_000
-        assert props["timeout"]["maximum"] == 600_000
+        # Optional: omitted, a foreground command moves to the background after 30 s.
+        assert {"type": "integer", "minimum": 1, "maximum": 600_000} in props["timeout"]["anyOf"]
+        assert props["timeout"]["default"] is None
         assert props["run_in_background"]["type"] == "boolean"
         assert props["run_in_background"]["default"] is False
+        tail = props["tail_every_minutes"]
+        assert {"type": "number", "exclusiveMinimum": 0, "maximum": 1440} in tail["anyOf"]
+        assert tail["default"] is None
+        assert {"type": "boolean"} in props["persistent"]["anyOf"]
+        assert props["persistent"]["default"] is None
+        assert "still running after 30s is not killed" in (tools["bash"].description or "")
 
         monitor = tools["monitor_start"].input_schema["properties"]
         assert monitor["timeout_ms"]["default"] == 300_000
         assert monitor["timeout_ms"]["maximum"] == 3_600_000
         assert monitor["persistent"]["default"] is False
+        assert monitor["tail_every_minutes"]["default"] is None
 
         output = tools["task_output"].input_schema
         assert output["required"] == ["task_id"]

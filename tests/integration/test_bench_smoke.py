@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 ROW_KEYS = {"metric", "unit", "ours", "baseline", "base", "ratio", "target", "passed"}
 
@@ -22,7 +22,17 @@ def test_quick_bench_writes_results(tmp_path: Path) -> None:
     # No skip when the engine is missing: the run fails, and so does this test.
     out = tmp_path / "results"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.run", "--quick", "--out", str(out), "start", "throughput"],
+        [
+            sys.executable,
+            "-m",
+            "bench.run",
+            "--quick",
+            "--out",
+            str(out),
+            "start",
+            "throughput",
+            "http-start",
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -30,13 +40,13 @@ def test_quick_bench_writes_results(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        stdout, stderr = proc.communicate(timeout=100)
+        stdout, stderr = proc.communicate(timeout=160)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
-    for name in ("start", "throughput"):
+    for name in ("start", "throughput", "http-start"):
         files = sorted(out.glob(f"{name}-*.json"))
         assert len(files) == 1, sorted(p.name for p in out.iterdir())
         data = json.loads(files[0].read_text())
@@ -57,6 +67,8 @@ def test_quick_bench_writes_results(tmp_path: Path) -> None:
     cold = metrics["cold start -> first byte"]
     assert cold["ours"]["n"] == 5 and cold["base"]["n"] == 5 and cold["ratio"] > 0
     assert metrics["warm-pool start -> first byte"]["ours"]["p50"] > 0
+    http = json.loads(next(out.glob("http-start-*.json")).read_text())
+    assert http["rows"][0]["ours"]["n"] == 5 and http["rows"][0]["base"]["n"] == 5
     tput = json.loads(next(out.glob("throughput-*.json")).read_text())
     assert tput["rows"][0]["ours"]["p50"] > 0 and tput["rows"][0]["base"]["p50"] > 0
     summary = (out / "summary.md").read_text()

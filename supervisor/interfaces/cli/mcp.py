@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from supervisor.core.errors import SpecError
+from supervisor.core.text import parse_duration
 from supervisor.interfaces.cli.common import HelpFormatter
 
 EPILOG = """\
@@ -34,6 +36,11 @@ tools: bash, task_output, task_stop, task_list, task_input, task_wait, monitor_s
 workspace_changes (read-only), workspace_apply (only with --allow-agent-apply).
 Notifications (<task-notification>, <background_task_poll>, <task-output>) are appended to
 every tool result, each exactly once, and also sent as MCP log messages.
+
+A foreground bash command still running after --auto-background-after (30s) is not
+killed: it moves to the background, the agent gets its output so far and its task id, and
+later its <task-notification>. bash's tail_every_minutes=N sends <background_task_poll>
+blocks with the output's tail every N minutes while the command prints.
 """
 
 
@@ -57,6 +64,14 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         default=None,
         metavar="P",
         help="policy for every task this server starts (default: the daemon's 'default')",
+    )
+    p.add_argument(
+        "--auto-background-after",
+        type=_off_or_duration,
+        default=None,
+        metavar="DUR",
+        help="move a foreground bash command still running after DUR to the background "
+        "instead of waiting on (default: 30s; 0 turns it off: it waits, up to its timeout)",
     )
     p.add_argument(
         "--state-dir",
@@ -93,9 +108,21 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     p.set_defaults(func=run)
 
 
+def _off_or_duration(text: str) -> float:
+    """argparse type: a duration in seconds (``30s``, ``2m``, bare numbers are seconds),
+    where 0 means off."""
+    try:
+        return parse_duration(text, "duration")
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(exc.problem) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from supervisor.interfaces.mcp.server import McpOptions, main  # noqa: PLC0415
 
+    auto = {}
+    if args.auto_background_after is not None:
+        auto["auto_background_s"] = args.auto_background_after
     return main(
         McpOptions(
             state_dir=args.state_dir,
@@ -105,5 +132,6 @@ def run(args: argparse.Namespace) -> int:
             workspace_mode=args.workspace_mode,
             no_workspace=args.no_workspace,
             allow_agent_apply=args.allow_agent_apply,
+            **auto,
         )
     )

@@ -44,7 +44,8 @@ program's stdin is forwarded to the command (EOF when it ends; --stdin closed gi
 at once), and sbx exits with the command's exit code: {EXIT_TIMEOUT} when the timeout
 stopped it, {EXIT_KILLED} when it was killed (stopped, session ended, out of memory, lost),
 {EXIT_START_FAILED} when it never started (the reason is on stderr). Ctrl-C stops the task
-and exits 130.
+and exits 130. Ctrl-Z detaches: the task keeps running in its session, sbx prints its id
+and how to follow it (sbx logs -f ID, sbx wait ID, sbx stop ID) and exits 0.
 
 With --bg or --monitor the task keeps running after sbx returns: it prints the task id and
 the output file (two plain lines when piped, the TaskInfo with --json). A monitor also turns
@@ -262,7 +263,8 @@ async def _foreground(client: SbxClient, sid: str, info: TaskJson) -> int:
             signals.append(signum)
             stream.cancel()
 
-    handled = (signal.SIGINT, signal.SIGTERM)
+    # Ctrl-Z (SIGTSTP) detaches instead of suspending sbx: the task runs on in its session.
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP)
     for sig in handled:
         loop.add_signal_handler(sig, interrupted, sig)
     forward = None
@@ -271,6 +273,8 @@ async def _foreground(client: SbxClient, sid: str, info: TaskJson) -> int:
     try:
         with contextlib.suppress(asyncio.CancelledError):
             await stream
+        if signals == [signal.SIGTSTP] and not stream.cancelled():
+            signals.clear()  # the output had ended already: nothing left to detach from
         if not signals:
             stream.result()  # re-raise what went wrong while streaming
     except BrokenPipeError:
@@ -282,6 +286,9 @@ async def _foreground(client: SbxClient, sid: str, info: TaskJson) -> int:
             loop.remove_signal_handler(sig)
         if forward is not None:
             await _cancel_forwarding(forward, tid)
+    if signals == [signal.SIGTSTP]:
+        _say_detached(info)
+        return 0
     if signals:
         sys.stderr.write(f"sbx: stopping task {tid}\n")
         await _stop_quietly(client, sid, tid)
@@ -291,6 +298,18 @@ async def _foreground(client: SbxClient, sid: str, info: TaskJson) -> int:
     if why:
         sys.stderr.write(f"sbx: {why}\n")
     return code
+
+
+def _say_detached(info: TaskJson) -> None:
+    """Ctrl-Z: the task runs on; say how to find it again (on stderr: stdout is its output)."""
+    tid = info["task_id"]
+    stdin = "" if info.get("stdin") != "pipe" else f"   input: sbx input {tid} TEXT"
+    sys.stderr.write(
+        f"\nsbx: detached; task {tid} keeps running in session {info['session_id']}\n"
+        f"  follow: sbx logs -f {tid}   wait: sbx wait --timeout 1h {tid}   "
+        f"stop: sbx stop {tid}{stdin}\n"
+    )
+    sys.stderr.flush()
 
 
 async def _stop_quietly(client: SbxClient, sid: str, tid: str) -> None:

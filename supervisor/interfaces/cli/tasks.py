@@ -40,13 +40,17 @@ PS_EPILOG = """\
 Columns: TASK, SESSION, STATUS (starting, running, stopping, completed, failed, killed),
 OUTCOME (exit code, timeout, user stopped, ...; stalled while waiting for input), TIME
 (running time) and COMMAND (the description, else the command; cut to fit a terminal).
-Piped, the rows are tab-separated with no header and nothing cut.
+Piped, the rows are tab-separated with no header and nothing cut. With --all, the warm
+pool's containers come last: TASK pool, SESSION -, STATUS pool, OUTCOME "N ready",
+COMMAND the policy (not in --json, which lists tasks only; see GET /healthz).
 
 examples:
   sbx ps                          tasks of the current session ($SBX_SESSION, else the
                                   current directory's, else default)
   sbx ps --active                 only those still running
   sbx ps --all-sessions
+  sbx ps --all                    also the warm pool: a `pool` row per policy, with how
+                                  many containers wait ready for a task
   sbx ps --json | jq -r '.[] | select(.status == "running") | .task_id'
 """
 
@@ -100,6 +104,12 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         formatter_class=HelpFormatter,
     )
     ps.add_argument("--all-sessions", action="store_true", help="tasks of every open session")
+    ps.add_argument(
+        "--all",
+        action="store_true",
+        help="tasks of every open session, and a row per policy for the warm pool's "
+        "ready containers (status pool)",
+    )
     ps.add_argument("--active", action="store_true", help="only tasks that have not ended")
     ps.add_argument("--json", action="store_true", help="the full TaskInfo list as JSON")
     add_daemon_options(ps)
@@ -184,6 +194,7 @@ _count = nonnegative_int("a number of lines")
 
 
 async def _ps(client: SbxClient, args: argparse.Namespace) -> int:
+    args.all_sessions = args.all_sessions or args.all
     if args.all_sessions:
         sids = [str(s["session_id"]) for s in await client.sessions()]
     else:
@@ -210,6 +221,8 @@ async def _ps(client: SbxClient, args: argparse.Namespace) -> int:
         ]
         for t in tasks
     ]
+    if args.all:
+        rows += await _pool_rows(client)
     # Cut the command so a row fits the terminal (piped: never cut).
     width = None
     if not plain:
@@ -225,6 +238,17 @@ async def _ps(client: SbxClient, args: argparse.Namespace) -> int:
         return 0
     print_table(headers, rows)
     return 0
+
+
+async def _pool_rows(client: SbxClient) -> list[list[str]]:
+    """A row per policy with warm containers ready (they belong to no task yet)."""
+    pool = (await client.healthz()).get("pool") or {}
+    ready: dict[str, int] = pool.get("ready") or {}
+    return [
+        ["pool", "-", "pool", f"{count} ready", "-", f"warm containers of policy {policy}"]
+        for policy, count in sorted(ready.items())
+        if count
+    ]
 
 
 # -- logs ---------------------------------------------------------------------------------

@@ -147,6 +147,7 @@ def _health_routes(app: FastAPI, sup: Supervisor) -> None:
     async def healthz() -> JSONResponse:
         """Engine state and load; 200 when the engine answers, 503 otherwise. No token."""
         ok = True
+        ready = {policy: count for policy, count in sup.pools.ready().items() if count}
         try:
             await sup.ensure_engine()
         except EngineUnavailable:
@@ -156,6 +157,7 @@ def _health_routes(app: FastAPI, sup: Supervisor) -> None:
             "engine": {"ok": ok, **sup.engine_info},
             "sessions": len(sup.sessions()),
             "running_tasks": sum(s.running_count() for s in sup.sessions()),
+            "pool": {"containers": sum(ready.values()), "ready": ready},
         }
         return JSONResponse(body, status_code=200 if ok else 503)
 

@@ -101,8 +101,7 @@ class WorkspaceBody(_Body):
     path is taken from the daemon's working directory: send absolute paths)."""
     mode: Literal["overlay", "ro", "rw"] = "overlay"
     """``overlay``: writes go to a layer of the session's own, reviewed and applied later;
-    ``ro``: read-only; ``rw``: read-write (``.git/hooks`` and ``.git/config`` stay
-    read-only)."""
+    ``ro``: read-only; ``rw``: read-write (``.git`` stays read-only)."""
 
 
 class CreateSession(_Body):

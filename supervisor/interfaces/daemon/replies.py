@@ -69,6 +69,15 @@ class EngineHealth(BaseModel):
     """True when the engine answers."""
 
 
+class PoolHealth(_Reply):
+    """The warm pools: containers started ahead, each waiting for one task's command."""
+
+    containers: int
+    """Ready containers, every policy and scope together."""
+    ready: dict[str, int]
+    """Ready containers per policy (the shared pool and sessions' own pools summed)."""
+
+
 class Health(_Reply):
     """Engine state and load."""
 
@@ -78,6 +87,8 @@ class Health(_Reply):
     """Open sessions."""
     running_tasks: int
     """Tasks not yet ended, across sessions."""
+    pool: PoolHealth
+    """Warm containers that are not tasks yet (they count against no session)."""
 
 
 class Owner(_Reply):

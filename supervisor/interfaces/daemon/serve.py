@@ -226,6 +226,8 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
         event_retention=settings.event_retention,
     )
     await sup.start()
+    # The default policy's first start is warm too (its pool fills in the background).
+    sup.prewarm_shared()
     auth = Auth(settings.token_file)
     for session in sup.sessions():
         for digest in session.token_digests:

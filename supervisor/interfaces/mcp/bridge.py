@@ -36,8 +36,10 @@ from supervisor.core.render import render_xml
 from supervisor.core.text import describe_end, utf8_safe_end
 from supervisor.core.wire import make_error
 from supervisor.interfaces.client import SbxClient, task_info
-from supervisor.interfaces.mcp import texts, workspace_texts
+from supervisor.interfaces.mcp import specs, texts, workspace_texts
+from supervisor.interfaces.mcp.specs import BashCall, Planned
 from supervisor.interfaces.mcp.texts import (
+    COMPLETION_TAIL_CHARS,
     HEAD_CHARS,
     MAX_OUTPUT_CHARS,
     NOTIFY_MAX_CHARS,
@@ -51,6 +53,9 @@ FOREGROUND_SLACK_S: Final = 30.0
 STOP_TIMEOUT_S: Final = 30.0
 #: Pause before following events again after the daemon failed to answer.
 RETRY_S: Final = 1.0
+#: How long a foreground command runs before it is moved to the background (``sbx mcp
+#: --auto-background-after``; 0: never, it runs in the foreground until it ends).
+AUTO_BACKGROUND_S: Final = 30.0
 _LOG_LEVELS: Final[tuple[types.LoggingLevel, ...]] = (
     "debug",
     "info",
@@ -97,8 +102,11 @@ class SessionBridge:
         *,
         workspace: WorkspaceJson | None = None,
         note: str | None = None,
+        auto_background_s: float = AUTO_BACKGROUND_S,
     ) -> None:
         self.client = client
+        #: See ``AUTO_BACKGROUND_S``.
+        self.auto_background_s = auto_background_s
         self.session_id = session_id
         self.policy = policy
         #: The session's workspace as the daemon described it when it opened (None: none).
@@ -107,8 +115,11 @@ class SessionBridge:
         self.note = note
         self.consumer = f"mcp-{session_id}"
         #: Foreground tasks: their result is the tool result itself, so their lifecycle
-        #: notifications are acknowledged but not shown again.
+        #: notifications are acknowledged but not shown again. A task moved to the
+        #: background leaves this set (under the drain lock), and is notified from then on.
         self.foreground: set[str] = set()
+        #: Foreground tasks moved to the background: their completion carries their output.
+        self.moved: set[str] = set()
         self.min_log_level: types.LoggingLevel = "debug"
         self._mcp_session: ServerSession | None = None
         self._drain_lock = anyio.Lock()
@@ -153,7 +164,7 @@ class SessionBridge:
                 warn(f"could not fetch notifications (they come with a later result): {exc}")
                 return ""
             shown = [
-                item
+                await self._completed(item)
                 for item in body["notifications"]
                 if item.get("xml") and item.get("task_id") not in self.foreground
             ]
@@ -165,6 +176,18 @@ class SessionBridge:
                     warn(f"could not acknowledge notifications (they come again): {exc}")
                     return ""
             return "\n".join(blocks)
+
+    async def _completed(self, item: dict[str, Any]) -> dict[str, Any]:
+        """``item``, with the output's tail when it ends a task moved to the background."""
+        tid = item.get("task_id")
+        if tid not in self.moved or item.get("type") not in ("task.stopped", "task.failed"):
+            return item
+        try:
+            tail = await self.client.tail(self.session_id, str(tid), COMPLETION_TAIL_CHARS)
+        except SupervisorError as exc:
+            warn(f"could not read the output of {tid}: {exc}")
+            return item
+        return {**item, "xml": texts.with_last_output(str(item["xml"]), tail)}
 
     @staticmethod
     def _fit(items: list[dict[str, Any]], *, acked: int, cursor: int) -> tuple[list[str], int]:
@@ -186,7 +209,7 @@ class SessionBridge:
             last_seq = int(item["seq"])
         return blocks, cursor
 
-    async def _start(self, spec: dict[str, Any]) -> TaskInfo:
+    async def _start(self, spec: dict[str, Any], *, persistent_fallback: bool = True) -> TaskInfo:
         if self.policy is not None:
             spec = {"policy": self.policy, **spec}
         try:
@@ -194,8 +217,13 @@ class SessionBridge:
         except InvalidRequest:
             raise  # a malformed request stays malformed without ``persistent``
         except SpecError as exc:
-            # A policy without persistent tasks: run with its default timeout instead.
-            if not spec.get("persistent") or exc.field not in (None, "persistent"):
+            # A policy without persistent tasks: run with its default timeout instead,
+            # unless the agent asked for persistent itself (then it is told it cannot).
+            if (
+                not persistent_fallback
+                or not spec.get("persistent")
+                or exc.field not in (None, "persistent")
+            ):
                 raise
             spec = {k: v for k, v in spec.items() if k != "persistent"}
             return task_info(await self.client.start(self.session_id, spec))
@@ -212,63 +240,85 @@ class SessionBridge:
 
     # -- tools ----------------------------------------------------------------------------
 
-    async def bash(
-        self,
-        command: str,
-        description: str,
-        timeout_ms: int,
-        run_in_background: bool,
-        timeout_given: bool,
-    ) -> str:
-        if not run_in_background:
-            return await self._bash_foreground(command, description, timeout_ms)
-        spec: dict[str, Any] = {"command": command, "description": description}
-        if timeout_given:
-            spec["timeout_ms"] = timeout_ms
-        else:
-            spec["persistent"] = True
-        return texts.started_in_background(await self._start(spec))
+    async def bash(self, call: BashCall) -> str:
+        if not call.run_in_background:
+            return await self._bash_foreground(specs.foreground(call, self.auto_background_s))
+        planned = specs.background(call)
+        info = await self._start(planned.spec, persistent_fallback=planned.persistent_fallback)
+        return texts.started_in_background(info, planned.spec.get("poll_every_s"))
 
-    async def _bash_foreground(self, command: str, description: str, timeout_ms: int) -> str:
-        spec = {
-            "command": command,
-            "description": description,
-            "timeout_ms": timeout_ms,
-            "stdin": "closed",
-        }
-        info = await self._start(spec)
-        self.foreground.add(info.task_id)
+    async def _bash_foreground(self, planned: Planned) -> str:
+        info = await self._start(planned.spec, persistent_fallback=planned.persistent_fallback)
+        tid = info.task_id
+        self.foreground.add(tid)
+        limit_s = None if planned.timeout_ms is None else planned.timeout_ms / 1000
+        auto_s = self.auto_background_s if self.auto_background_s > 0 else None
+        # Moved to the background when it outlives ``auto_s``, unless its own timeout ends
+        # it first (then the engine's deadline decides; the slack covers its grace period).
+        to_background = auto_s is not None and (limit_s is None or auto_s < limit_s)
+        wait_s = auto_s if to_background else (limit_s or 0) + FOREGROUND_SLACK_S
         try:
-            waited = await self.client.wait(
-                self.session_id, info.task_id, timeout_s=timeout_ms / 1000 + FOREGROUND_SLACK_S
-            )
+            waited = await self.client.wait(self.session_id, tid, timeout_s=wait_s)
             final = task_info(waited["task"])
+            if waited["timed_out"] and to_background:
+                moved = await self._to_background(tid, planned)
+                if moved is not None:
+                    return moved
+                # It ended meanwhile: answer as a foreground command, once it is final.
+                waited = await self.client.wait(self.session_id, tid, timeout_s=STOP_TIMEOUT_S)
+                final = task_info(waited["task"])
             if waited["timed_out"]:
-                final = await self._stop_quietly(info.task_id) or final
+                final = await self._stop_quietly(tid) or final
         except BaseException:
             # Cancelled by the client (or the daemon went away): do not leave it running.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_TIMEOUT_S):
-                await self._stop_quietly(info.task_id)
+            if tid in self.foreground:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_TIMEOUT_S):
+                    await self._stop_quietly(tid)
             raise
         if final.status == "failed" and final.reason is None:
             raise make_error(
                 final.error_code or "task_failed",
                 f"the command could not be started: {final.error or 'unknown error'}",
             )
-        output = await self._foreground_output(final)
-        return texts.foreground_result(output, final, timeout_ms)
+        output = await self._output(final)
+        return texts.foreground_result(output, final, planned.timeout_ms)
 
-    async def _foreground_output(self, final: TaskInfo) -> str:
-        sid, tid = self.session_id, final.task_id
-        if final.output_bytes == 0:
+    async def _to_background(self, task_id: str, planned: Planned) -> str | None:
+        """Move a foreground task that is still running to the background: its terminal
+        notification is shown from now on. None (and it stays foreground) if it has ended.
+
+        Under the drain lock, so no drain runs between the status read and the move: the
+        runtime settles a task's status before it emits its terminal event, so an event
+        some drain already hid belongs to a task this read sees ended, and any later one is
+        shown, exactly once."""
+        async with self._drain_lock:
+            info = task_info(await self.client.task(self.session_id, task_id))
+            if info.ended:
+                return None
+            self.foreground.discard(task_id)
+            self.moved.add(task_id)
+        try:
+            output = await self._output(info)
+        except SupervisorError as exc:  # it runs on all the same: say where its output is
+            output = f"(its output so far could not be read: {exc})"
+        return texts.moved_to_background(
+            output, info, self.auto_background_s, planned.spec.get("poll_every_s")
+        )
+
+    async def _output(self, info: TaskInfo) -> str:
+        """What the task printed up to ``info``'s snapshot (all of it once it has ended),
+        cut to fit a result: its start and its end."""
+        sid, tid, size = self.session_id, info.task_id, info.output_bytes
+        if size == 0:
             return ""
-        if final.output_bytes <= MAX_OUTPUT_CHARS:
-            whole = await self.client.read_output(sid, tid, limit=final.output_bytes + 1)
-            return whole.data.decode("utf-8", "replace").rstrip("\n")
+        if size <= MAX_OUTPUT_CHARS:
+            # An ended task's file is complete: read one byte more to reach its end.
+            piece = await self.client.read_output(sid, tid, limit=size + int(info.ended))
+            return _decode(piece.data, final=info.ended)[0].rstrip("\n")
         start = await self.client.read_output(sid, tid, limit=HEAD_CHARS)
         head, _ = _decode(start.data, final=False)
         tail = await self.client.tail(sid, tid, MAX_OUTPUT_CHARS - HEAD_CHARS)
-        return texts.truncated(head, tail, final)
+        return texts.truncated(head, tail, info, so_far=not info.ended)
 
     async def task_output(
         self, task_id: str, offset: int | None, tail: int | None, line_filter: str | None
@@ -346,14 +396,16 @@ class SessionBridge:
         return f"Matched at offset {found['offset']} (next_offset: {after}):\n{line}"
 
     async def monitor_start(
-        self, command: str, description: str, timeout_ms: int, persistent: bool
+        self,
+        command: str,
+        description: str,
+        timeout_ms: int,
+        persistent: bool,
+        tail_every_minutes: float | None = None,
     ) -> str:
-        spec: dict[str, Any] = {"command": command, "description": description, "kind": "monitor"}
-        if persistent:
-            spec["persistent"] = True
-        else:
-            spec["timeout_ms"] = timeout_ms
-        return texts.monitor_started(await self._start(spec), timeout_ms)
+        spec = specs.monitor(command, description, timeout_ms, persistent, tail_every_minutes)
+        info = await self._start(spec)
+        return texts.monitor_started(info, timeout_ms, spec.get("poll_every_s"))
 
     async def workspace_changes(self, include_diff: bool, ignored: bool) -> str:
         why = workspace_texts.not_reviewable(self.workspace)
@@ -395,9 +447,9 @@ class SessionBridge:
         if raw["type"] not in NOTIFY_TYPES or raw.get("task_id") in self.foreground:
             return
         ev = EVENT_ADAPTER.validate_python(raw)
-        xml = render_xml(ev)
-        if xml:
-            await self._log(_level_for(ev), xml)
+        item = await self._completed({**raw, "xml": render_xml(ev)})
+        if item["xml"]:
+            await self._log(_level_for(ev), str(item["xml"]))
 
     async def _log(self, level: types.LoggingLevel, text: str) -> None:
         session = self._mcp_session

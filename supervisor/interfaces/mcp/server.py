@@ -27,8 +27,10 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from supervisor.core.errors import PolicyError, SupervisorError, WorkspaceOutsideRoots
 from supervisor.interfaces.client import SbxClient, ensure_daemon
 from supervisor.interfaces.mcp import texts, workspace_texts
-from supervisor.interfaces.mcp.bridge import SessionBridge, warn
+from supervisor.interfaces.mcp.bridge import AUTO_BACKGROUND_S, SessionBridge, warn
+from supervisor.interfaces.mcp.specs import BashCall
 from supervisor.interfaces.mcp.texts import (
+    BashPersistent,
     BashTimeout,
     CloseStdin,
     Command,
@@ -42,6 +44,7 @@ from supervisor.interfaces.mcp.texts import (
     Pattern,
     Persistent,
     TailChars,
+    TailEveryMinutes,
     TaskId,
     WaitOffset,
     WaitTimeout,
@@ -74,13 +77,8 @@ class McpOptions:
     no_workspace: bool = False
     allow_agent_apply: bool = False
     """Offer the ``workspace_apply`` tool (applying is otherwise the user's decision)."""
-
-
-def _given(ctx: Context, name: str) -> bool:
-    """Whether the caller passed argument ``name`` (as opposed to taking the default)."""
-    params = ctx.request_context.params or {}
-    arguments = params.get("arguments") or {}
-    return isinstance(arguments, dict) and name in arguments
+    auto_background_s: float = AUTO_BACKGROUND_S
+    """Move a foreground ``bash`` still running after this long to the background (0: never)."""
 
 
 def build_server(bridge: SessionBridge, *, allow_apply: bool = False) -> MCPServer:
@@ -98,7 +96,7 @@ def build_server(bridge: SessionBridge, *, allow_apply: bool = False) -> MCPServ
 
     @server.tool(
         name="bash",
-        description=workspace_texts.bash_description(bridge.workspace),
+        description=workspace_texts.bash_description(bridge.workspace, bridge.auto_background_s),
         annotations=types.ToolAnnotations(
             title="Run a command in a sandbox", destructive_hint=False, open_world_hint=False
         ),
@@ -108,13 +106,20 @@ def build_server(bridge: SessionBridge, *, allow_apply: bool = False) -> MCPServ
         ctx: Context,
         command: Command,
         description: Description = "",
-        timeout: BashTimeout = 120_000,
+        timeout: BashTimeout = None,
         run_in_background: InBackground = False,
+        tail_every_minutes: TailEveryMinutes = None,
+        persistent: BashPersistent = None,
     ) -> types.CallToolResult:
-        given = _given(ctx, "timeout")
-        return await bridge.run_tool(
-            ctx, lambda: bridge.bash(command, description, timeout, run_in_background, given)
+        call = BashCall(
+            command,
+            description,
+            timeout_ms=timeout,
+            run_in_background=run_in_background,
+            tail_every_minutes=tail_every_minutes,
+            persistent=persistent,
         )
+        return await bridge.run_tool(ctx, lambda: bridge.bash(call))
 
     @server.tool(
         name="task_output",
@@ -189,9 +194,13 @@ def build_server(bridge: SessionBridge, *, allow_apply: bool = False) -> MCPServ
         description: Description = "",
         timeout_ms: MonitorTimeout = 300_000,
         persistent: Persistent = False,
+        tail_every_minutes: TailEveryMinutes = None,
     ) -> types.CallToolResult:
         return await bridge.run_tool(
-            ctx, lambda: bridge.monitor_start(command, description, timeout_ms, persistent)
+            ctx,
+            lambda: bridge.monitor_start(
+                command, description, timeout_ms, persistent, tail_every_minutes
+            ),
         )
 
     async def set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
@@ -326,7 +335,14 @@ async def serve(options: McpOptions) -> int:
         await client.aclose()
         return 1
     warn(_started(session_id, workspace))
-    bridge = SessionBridge(client, session_id, options.policy, workspace=workspace, note=note)
+    bridge = SessionBridge(
+        client,
+        session_id,
+        options.policy,
+        workspace=workspace,
+        note=note,
+        auto_background_s=options.auto_background_s,
+    )
     server = build_server(bridge, allow_apply=options.allow_agent_apply)
     try:
         async with anyio.create_task_group() as tg:

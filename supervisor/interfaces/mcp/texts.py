@@ -9,8 +9,10 @@ from pydantic import Field
 
 from supervisor.core.errors import DaemonError, DaemonNotRunning, SupervisorError
 from supervisor.core.models import TaskInfo
+from supervisor.core.render import xml_text
 from supervisor.core.text import describe_end, end_clause, format_duration, format_elapsed
 from supervisor.core.text import task_label as _task_label
+from supervisor.interfaces.mcp.specs import POLL_TAIL_CHARS
 
 #: Claude Code's Bash tool truncates at 30000 characters; models are used to that size.
 MAX_OUTPUT_CHARS: Final = 30_000
@@ -20,6 +22,9 @@ HEAD_CHARS: Final = 8_000
 READ_BYTES: Final = 30_000
 #: Characters of notification blocks appended to one tool result; the rest waits.
 NOTIFY_MAX_CHARS: Final = 20_000
+#: Characters of output the completion of a command moved to the background carries: the
+#: agent asked for that command's result, so its end comes with the notification.
+COMPLETION_TAIL_CHARS: Final = 4_000
 
 TASK_OUTPUT_DESCRIPTION = (
     "Read a background task's or monitor's output: from a byte `offset` (default 0; pass "
@@ -43,12 +48,16 @@ TASK_INPUT_DESCRIPTION = (
 TASK_WAIT_DESCRIPTION = (
     "Wait until a background task prints a line matching `pattern` (returns the line) or, "
     "without a pattern, until it ends (returns the final status). Gives up after `timeout` ms "
-    "(default 30000) and says so; the task keeps running."
+    "(default 30000) and says so; the task keeps running. Use it when your next step "
+    "depends on that line or on the end (a server being ready, a build finishing); to keep "
+    "an eye on a long job while you do other work, start it with `tail_every_minutes` "
+    "instead."
 )
 MONITOR_START_DESCRIPTION = (
     "Start a monitor: a background command whose every stdout line is reported to you as a "
     "<task-output> block (in the result of your next tool call). For log tails, file "
-    "watchers, polling loops, 'tell me when X happens'. Stop it with task_stop."
+    "watchers, polling loops, 'tell me when X happens'. Stop it with task_stop. "
+    "`tail_every_minutes` adds a periodic <background_task_poll> with its latest output."
 )
 
 
@@ -87,16 +96,40 @@ Description = Annotated[
     ),
 ]
 BashTimeout = Annotated[
-    int,
+    Annotated[int, Field(ge=1, le=600_000)] | None,
     Field(
-        ge=1,
-        le=600_000,
-        description="Milliseconds before the command is killed (max 600000). Background "
-        "commands ignore the default and run until stopped unless a timeout is given.",
+        description="Milliseconds before the command is killed (max 600000), in the "
+        "foreground and after a move to the background alike. Omitted: background commands "
+        "run until they end or are stopped; for foreground ones see the tool description.",
     ),
 ]
 InBackground = Annotated[
     bool, Field(description="Return at once with a task id; the command keeps running.")
+]
+TailEveryMinutes = Annotated[
+    Annotated[
+        float,
+        # The range is in the schema for clients and models; it is checked by the server,
+        # whose error names the field and the whole range.
+        Field(strict=True, json_schema_extra={"exclusiveMinimum": 0, "maximum": 1440}),
+    ]
+    | None,
+    Field(
+        description="While the command runs, every this many minutes (> 0, at most 1440; "
+        "fractions allowed: 0.5 = 30 s) send a <background_task_poll> with the last "
+        f"{POLL_TAIL_CHARS} characters of its output, only when there is new output. Omitted: "
+        "no polls, only the notification when it ends.",
+    ),
+]
+BashPersistent = Annotated[
+    bool | None,
+    Field(
+        description="Background commands only. true: no timeout, run until task_stop or the "
+        "end of the session (what a background command without timeout does anyway; an "
+        "error where the policy forbids it); false: stop it after the policy's default "
+        "timeout (5 minutes in the shipped policies, 10 in ci) unless timeout is given. Not "
+        "together with timeout.",
+    ),
 ]
 MonitorTimeout = Annotated[
     int,
@@ -172,17 +205,63 @@ def running_time(info: TaskInfo) -> str:
     return format_elapsed(info.running_ms)
 
 
-def started_in_background(info: TaskInfo) -> str:
+def _life(info: TaskInfo) -> str:
+    """How long a background task may run."""
+    if info.persistent:
+        return "It runs until it ends, task_stop, or the end of the session."
+    return f"It is stopped after {format_duration(info.timeout_ms or 0)} if it runs that long."
+
+
+def _polls(poll_every_s: float | None) -> str:
+    if poll_every_s is None:
+        return ""
+    every = format_duration(round(poll_every_s * 1000))
+    return (
+        f" While it runs you also get a <background_task_poll> with its latest output every "
+        f"{every} when it printed something new."
+    )
+
+
+def started_in_background(info: TaskInfo, poll_every_s: float | None = None) -> str:
     return (
         f"Command running in background with ID: {info.task_id}. "
         f"Output is being written to: {info.output_path}\n"
         "You will get a <task-notification> when it ends. Use task_wait to wait for a "
         "line (e.g. pattern='ready'), task_output to read its output, task_stop to "
-        "stop it."
+        f"stop it. {_life(info)}{_polls(poll_every_s)}"
     )
 
 
-def monitor_started(info: TaskInfo, timeout_ms: int) -> str:
+def with_last_output(xml: str, tail: str) -> str:
+    """A ``<task-notification>`` with the command's last output added (as a stall notice
+    carries it), for a command that was moved to the background."""
+    body = xml_text(tail.rstrip("\n")) if tail else "(no output)"
+    end = "</task-notification>"
+    if not xml.endswith(end):
+        return xml
+    return f"{xml[: -len(end)]}<last-output>\n{body}\n</last-output>\n{end}"
+
+
+def moved_to_background(
+    output: str, info: TaskInfo, after_s: float, poll_every_s: float | None = None
+) -> str:
+    """A foreground command still running after ``after_s``: what it printed so far, and
+    that it now runs on in the background (how to wait for it, read on, stop it)."""
+    after = format_duration(round(after_s * 1000))
+    tid = info.task_id
+    return (
+        f"{output or '(no output yet)'}\n"
+        f"Command still running after {after}, so it was moved to the background (it was "
+        f"not stopped): ID {tid}. Output is being written to: {info.output_path}\n"
+        f"You will get a <task-notification> with its last output when it ends (in the "
+        f"result of a later tool call). To wait for it: task_wait task_id={tid} (with "
+        f"pattern=... for a line); to read what it prints next: task_output task_id={tid} "
+        f"offset={info.output_bytes}; to stop it: task_stop task_id={tid}. "
+        f"{_life(info)}{_polls(poll_every_s)}"
+    )
+
+
+def monitor_started(info: TaskInfo, timeout_ms: int, poll_every_s: float | None = None) -> str:
     life = (
         "It runs until task_stop or the end of the session."
         if info.persistent
@@ -191,17 +270,18 @@ def monitor_started(info: TaskInfo, timeout_ms: int) -> str:
     return (
         f"Monitor started with ID: {info.task_id}. Output is being written to: "
         f"{info.output_path}\nEach line it prints is delivered to you as a <task-output> "
-        f"block in the result of your next tool call. {life}"
+        f"block in the result of your next tool call. {life}{_polls(poll_every_s)}"
     )
 
 
-def foreground_result(output: str, final: TaskInfo, timeout_ms: int) -> str:
+def foreground_result(output: str, final: TaskInfo, timeout_ms: int | None) -> str:
     """A foreground command's output, then how it ended (as the Bash tool says it)."""
     if final.reason == "exit":
         trailer = f"Exit code: {final.exit_code}"
     elif final.reason == "timeout":
         trailer = (
-            f"Command timed out after {format_duration(timeout_ms)} and was killed "
+            f"Command timed out after {format_duration(final.timeout_ms or timeout_ms or 0)} "
+            "and was killed "
             f"(exit code {final.exit_code})."
         )
     else:
@@ -209,15 +289,17 @@ def foreground_result(output: str, final: TaskInfo, timeout_ms: int) -> str:
     return f"{output}\n{trailer}" if output else f"(no output)\n{trailer}"
 
 
-def truncated(head: str, tail: str, final: TaskInfo) -> str:
-    """A long foreground output: its start and its end, and where the rest is."""
+def truncated(head: str, tail: str, final: TaskInfo, *, so_far: bool = False) -> str:
+    """A long foreground output: its start and its end, and where the rest is
+    (``so_far``: the command is still running)."""
     # Cut at line boundaries so neither part starts or ends with half a line.
     if "\n" in head:
         head = head[: head.rindex("\n")]
     if "\n" in tail.rstrip("\n"):
         tail = tail[tail.index("\n") + 1 :]
     return (
-        f"{head}\n\n[... output truncated: {final.output_bytes} bytes in all; the middle is "
+        f"{head}\n\n[... output truncated: {final.output_bytes} bytes "
+        f"{'so far' if so_far else 'in all'}; the middle is "
         f"left out. Full output: {final.output_path} (or task_output "
         f"task_id={final.task_id} offset=N) ...]\n\n{tail.rstrip(chr(10))}"
     )

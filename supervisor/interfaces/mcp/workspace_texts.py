@@ -8,6 +8,8 @@ from typing import Annotated, Any, Final
 
 from pydantic import Field
 
+from supervisor.core.text import format_duration
+from supervisor.interfaces.mcp.specs import POLL_TAIL_CHARS
 from supervisor.interfaces.mcp.texts import MAX_OUTPUT_CHARS
 
 #: Changes a ``workspace_changes`` result lists before it says how many more there are.
@@ -66,8 +68,9 @@ non-root user, capped memory/CPU/processes). {reach} {persistence(ws)} {_NETWORK
 Use `bash` for short commands (it waits and returns output and exit code) and \
 `bash` with run_in_background=true for dev servers, watchers, builds and long test runs: it \
 returns at once with a task id and the output file. Then use `task_wait` (for a line such \
-as "ready"), `task_output`, `task_input` and `task_stop`. `monitor_start` runs a command \
-whose every stdout line is reported to you.
+as "ready"), `task_output`, `task_input` and `task_stop`; `tail_every_minutes` sends you \
+its latest output periodically while you work on. `monitor_start` runs a command whose \
+every stdout line is reported to you.
 
 Notifications about background tasks (completion, periodic log tails, stalls on input, \
 monitor lines) are appended to the result of whichever tool you call next, each exactly \
@@ -75,19 +78,45 @@ once, as <task-notification>, <background_task_poll> and <task-output> blocks. E
 still running is stopped when this connection closes."""
 
 
-def bash_description(ws: WorkspaceJson | None) -> str:
-    """The ``bash`` tool's description for this session."""
+def _foreground(auto_background_s: float) -> str:
+    """What a foreground command does, with or without auto-backgrounding."""
+    if auto_background_s <= 0:
+        return (
+            "- Foreground (default): waits for the command to finish and returns its output "
+            "(stdout+stderr merged, truncated to 30000 characters with a note) and exit code. "
+            "The command is killed after `timeout` ms (default 120000, max 600000). Stdin is "
+            "closed."
+        )
+    after = format_duration(round(auto_background_s * 1000))
+    return (
+        "- Foreground (default): waits for the command to finish and returns its output "
+        "(stdout+stderr merged, truncated to 30000 characters with a note) and exit code. "
+        f"Stdin is closed. A command still running after {after} is not killed: it is moved "
+        "to the background, and the result gives what it printed so far, its task id and "
+        "output file; it then runs on like a background command (its completion comes as a "
+        "<task-notification>). `timeout` (ms, max 600000), when given, kills it after that "
+        "long wherever it runs; without it there is no time limit."
+    )
+
+
+def bash_description(ws: WorkspaceJson | None, auto_background_s: float = 30.0) -> str:
+    """The ``bash`` tool's description for this session (``auto_background_s``: after how
+    long a foreground command moves to the background; 0: never)."""
     return f"""\
 Run a shell command (`sh -c`) in a fresh, isolated sandbox container.
 
-- Foreground (default): waits for the command to finish and returns its output \
-(stdout+stderr merged, truncated to 30000 characters with a note) and exit code. The \
-command is killed after `timeout` ms (default 120000, max 600000). Stdin is closed.
+{_foreground(auto_background_s)}
 - run_in_background=true: returns at once with the task id and the output file path. \
 The command runs until it exits, `task_stop`, or the end of the session (a `timeout` given \
-explicitly still applies). You get a <task-notification> when it ends (in the result of a \
-later tool call), so you need not poll; use `task_wait` to wait for a line such as \
-"ready", `task_output` to read output, `task_input` to answer prompts.
+explicitly still applies; persistent=false gives it the policy's default timeout instead). \
+You get a <task-notification> when it ends (in the result of a later tool call), so you \
+need not poll; use `task_wait` to wait for a line such as "ready" or for the end when your \
+next step depends on it, `task_output` to read output, `task_input` to answer prompts.
+- tail_every_minutes=N: while the command runs, every N minutes (fractions allowed) \
+you get a <background_task_poll> block with the last {POLL_TAIL_CHARS} characters of its \
+output, only when it printed something new. Use it to keep an eye on long jobs (builds, \
+test suites, CI, training runs, dev servers) while you do other work, instead of calling \
+task_output repeatedly; polls stop when it ends.
 
 {persistence(ws)}
 

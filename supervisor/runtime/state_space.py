@@ -1,0 +1,43 @@
+"""The state volume's free space, checked before each new task without a thread hop per start."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from concurrent.futures import Executor
+from pathlib import Path
+
+from supervisor.core.errors import StateStorageError
+
+#: With this much more than the minimum free, a check stays good for ``FRESH_S``: a second
+#: of writes cannot use it up on its own, and output writes handle ENOSPC anyway. Closer to
+#: the minimum, every start looks again.
+PLENTY_BYTES = 1 << 30
+FRESH_S = 1.0
+
+
+class StateSpace:
+    """Refuse new work while the state volume is (nearly) full."""
+
+    def __init__(self, state_dir: Path, min_free_bytes: int, io: Executor) -> None:
+        self.state_dir = state_dir
+        self.min_free_bytes = min_free_bytes
+        self.io = io
+        self._good_until = 0.0
+
+    async def check(self) -> None:
+        """Raise StateStorageError when fewer than ``min_free_bytes`` are free."""
+        now = time.monotonic()
+        if now < self._good_until:
+            return
+        loop = asyncio.get_running_loop()
+        stat = await loop.run_in_executor(self.io, os.statvfs, self.state_dir)
+        free = stat.f_bavail * stat.f_frsize
+        if free < self.min_free_bytes:
+            raise StateStorageError(
+                f"the state volume at {self.state_dir} is full ({free // 1024} KiB free); "
+                "new tasks are refused until space returns"
+            )
+        if free >= self.min_free_bytes + PLENTY_BYTES:
+            self._good_until = now + FRESH_S
