@@ -80,7 +80,9 @@ class ContainerState(_Frozen):
 
     id: str
     status: str
-    """created, running, paused, restarting, removing, exited, dead."""
+    """created, running, paused, restarting, removing, exited, dead; ``lost`` (multi-node
+    engines: gone with its node, or given up for it: the node went down, was drained, its
+    engine restarted), with ``error`` saying what happened and naming the node."""
     running: bool
     exit_code: int | None = None
     oom_killed: bool = False
@@ -93,10 +95,6 @@ class ContainerState(_Frozen):
     runtime: str | None = None
     node: str | None = None
     """The node it runs on, for multi-node backends (``hostname (id)``); None on one host."""
-    lost: str | None = None
-    """Set when the container is gone with its node, or must be given up for it (the node
-    went down, was drained, its engine restarted): what happened, naming the node. Only
-    backends with ``Capabilities.node_loss`` set it; the task then ends as ``lost``."""
 
 
 class ContainerSummary(_Frozen):
@@ -118,7 +116,7 @@ class VolumeSummary(_Frozen):
     labels: dict[str, str]
 
 
-class Capabilities(_Frozen):
+class EngineCapabilities(_Frozen):
     """What a backend can do beyond the Protocol's common ground; the runtime adapts."""
 
     stdin_eof: bool = True
@@ -129,7 +127,7 @@ class Capabilities(_Frozen):
     placement: bool = False
     """The engine places containers on nodes and honours ``ContainerRequest.placement``."""
     node_loss: bool = False
-    """``wait``/``inspect`` may report ``ContainerState.lost`` (multi-node engines)."""
+    """``wait``/``inspect`` may report ``status="lost"`` (multi-node engines)."""
     workspaces: bool = True
     """Host directories and named volumes of this host can be mounted (not on a cluster,
     whose nodes do not see the supervisor's files)."""

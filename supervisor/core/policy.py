@@ -15,7 +15,7 @@ from supervisor.core.errors import PolicyError
 from supervisor.core.models import MAX_TIMEOUT_MS
 from supervisor.core.placement import parse_constraint
 
-#: Capabilities a policy may add back after ``cap_drop=ALL``. Everything that reaches
+#: EngineCapabilities a policy may add back after ``cap_drop=ALL``. Everything that reaches
 #: outside the container (SYS_ADMIN, NET_ADMIN, SYS_PTRACE, SYS_MODULE, DAC_READ_SEARCH, ...)
 #: is deliberately absent, so no policy file can grant it.
 SAFE_CAPABILITIES = frozenset(
@@ -219,7 +219,7 @@ class Policy(_Model):
     init: bool = True
     """Run a tiny init as PID 1 that forwards signals and reaps zombies."""
     cap_add: list[str] = Field(default_factory=list)
-    """Capabilities added back after dropping all; only a safe subset is allowed."""
+    """EngineCapabilities added back after dropping all; only a safe subset is allowed."""
     limits: Limits = Field(default_factory=Limits)
     tmpfs: list[Tmpfs] = Field(default_factory=lambda: [Tmpfs(path="/tmp")])
     timeouts: Timeouts = Field(default_factory=Timeouts)

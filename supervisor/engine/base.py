@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 from typing import Literal, Protocol
 
 from supervisor.core.container import (
-    Capabilities,
     ContainerRequest,
     ContainerState,
     ContainerSummary,
+    EngineCapabilities,
     Segment,
     VolumeRequest,
     VolumeSummary,
@@ -43,7 +43,7 @@ class Backend(Protocol):
     local: bool
     """True when the engine runs on this host, so host pids and /proc are meaningful (a
     multi-node backend: when some nodes may be local; it gives ``pid`` only for those)."""
-    capabilities: Capabilities
+    capabilities: EngineCapabilities
     """What it can do beyond the common ground (stdin EOF, warm pools, placement, node
     loss, workspaces, session networks)."""
 

@@ -395,7 +395,8 @@ class Supervisor:
             if name not in self.policies.names():
                 continue
             policy = self.policies.get(name)
-            if policy.warm_pool <= 0 or policy.network != "none" or not self.engine_ok:
+            pooled = self.engine_ok and self.backend.capabilities.warm_pool  # not on Swarm
+            if policy.warm_pool <= 0 or policy.network != "none" or not pooled:
                 continue
             self.pools.get(policy, SHARED, self._shared_pool_ports).refill()
             filling += 1

@@ -15,10 +15,10 @@ import docker
 import docker.errors
 
 from supervisor.core.container import (
-    Capabilities,
     ContainerRequest,
     ContainerState,
     ContainerSummary,
+    EngineCapabilities,
     Segment,
     VolumeRequest,
     VolumeSummary,
@@ -44,7 +44,7 @@ class DockerBackend:
     """The Docker Engine through its API. Every docker-py call runs in one bounded thread pool."""
 
     name = "docker"
-    capabilities = Capabilities()
+    capabilities = EngineCapabilities()
 
     def __init__(
         self, base_url: str | None = None, *, max_workers: int = 16, tls_dir: str | None = None

@@ -14,10 +14,10 @@ from types import TracebackType
 from typing import Literal
 
 from supervisor.core.container import (
-    Capabilities,
     ContainerRequest,
     ContainerState,
     ContainerSummary,
+    EngineCapabilities,
     Segment,
     VolumeRequest,
     VolumeSummary,
@@ -177,7 +177,7 @@ class FakeEngine:
 
     def lose(self, key: str, detail: str) -> None:
         """The container's node is lost (a multi-node engine): its streams end, it stops,
-        and wait/inspect report ``lost=detail``."""
+        and wait/inspect report ``status="lost"`` with ``error=detail``."""
         c = self.container(key)
         c.lost = detail
         c.drop_streams()
@@ -246,7 +246,7 @@ class FakeBackend:
 
     name = "fake"
     local = False
-    capabilities = Capabilities(node_loss=True)
+    capabilities = EngineCapabilities(node_loss=True)
 
     def __init__(self, engine: FakeEngine | None = None) -> None:
         self.engine = engine or FakeEngine()

@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 from typing import Literal
 
 from supervisor.core.container import (
-    Capabilities,
     ContainerRequest,
     ContainerState,
     ContainerSummary,
+    EngineCapabilities,
     Segment,
 )
 from supervisor.core.errors import (
@@ -59,7 +59,7 @@ class SwarmBackend(WithoutHostResources):
 
     name = "swarm"
     local = False
-    capabilities = Capabilities(
+    capabilities = EngineCapabilities(
         stdin_eof=False,
         warm_pool=False,
         placement=True,
@@ -273,13 +273,12 @@ class SwarmBackend(WithoutHostResources):
             if outage:
                 # No live-restore in swarm mode: the engine's restart killed the command.
                 name = self.nodes.describe(node_id)
-                return state.model_copy(
-                    update={
-                        "lost": f"the engine of node {name} restarted (swarm mode has no "
-                        "live-restore): the command was killed with it"
-                    }
+                return _lost(
+                    state,
+                    f"the engine of node {name} restarted (swarm mode has no live-restore): "
+                    "the command was killed with it",
                 )
-            return state
+            return state.model_copy(update={"node": self.nodes.describe(node_id)})
 
     def _node_lost(self, node_id: str) -> str | None:
         view = self.nodes.get(node_id)
@@ -310,7 +309,7 @@ class SwarmBackend(WithoutHostResources):
             state = await asyncio.wait_for(engine.inspect(cid), GONE_CALL_S)
         if state is None or state.running:
             state = ContainerState(id=cid, status="exited", running=False, exit_code=None)
-        return state.model_copy(update={"lost": lost})
+        return _lost(state, lost)
 
     async def inspect(self, container_id: str) -> ContainerState | None:
         if not container_id.startswith(ORPHAN) and container_id not in self._where:
@@ -335,7 +334,7 @@ class SwarmBackend(WithoutHostResources):
             state = ContainerState(id=cid, status="exited", running=False)
         if state is None or lost is None:
             return state
-        return state.model_copy(update={"lost": lost})
+        return _lost(state, lost)
 
     async def kill(self, container_id: str, signal: Literal["SIGTERM", "SIGKILL"]) -> None:
         found = await self._located(container_id)
@@ -450,3 +449,8 @@ class SwarmBackend(WithoutHostResources):
 
     async def aclose(self) -> None:
         await self.nodes.aclose()
+
+
+def _lost(state: ContainerState, detail: str) -> ContainerState:
+    """The container given up with its node: status ``lost``, ``error`` naming the node."""
+    return state.model_copy(update={"status": "lost", "running": False, "error": detail})

@@ -1,5 +1,5 @@
 """What a Swarm backend's tasks do not get from the host: session networks, named volumes
-(workspaces) and live-restore; callers check ``Capabilities`` before asking."""
+(workspaces) and live-restore; callers check ``EngineCapabilities`` before asking."""
 
 from __future__ import annotations
 

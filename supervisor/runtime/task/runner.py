@@ -243,10 +243,10 @@ class TaskRunner:
         if state is None:
             await self.finish_lost("the container disappeared")
             return
-        if state.lost is not None and self.state.lc.stop_reason is None:
+        if state.status == "lost" and self.state.lc.stop_reason is None:
             # A multi-node engine gave the container up with its node (down, drained, its
             # engine restarted): the output up to then is stored; say which node.
-            await self.finish_lost(state.lost)
+            await self.finish_lost(state.error or "the node of its container was lost")
             return
         outage = self.supervision.engine_outage
         if outage and not self.ports.live_restore and self.state.lc.stop_reason is None:
