@@ -6,6 +6,7 @@ tasks ended as lost naming the node, and nothing of ours left on any node afterw
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -115,6 +116,14 @@ def node_of(sup: Supervisor, task_id: str) -> str:
     return view.hostname
 
 
+def wait_ready(manager: Any, node_id: str) -> None:
+    """The next test needs the node back: wait until the manager says Ready."""
+    deadline = time.monotonic() + 90
+    while node_state(manager, node_id) != "ready":
+        assert time.monotonic() < deadline, f"node {node_id} not Ready again"
+        time.sleep(0.5)
+
+
 async def wait_for_output(session: Any, task_id: str, needle: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while needle not in await session.tail(task_id, chars=4000):
@@ -220,6 +229,7 @@ async def test_cut_worker_ends_its_task_lost_within_30s(
         print(f"\ncut w1: task lost {took:.1f} s after the node was Down")
     finally:
         assert run_lab("heal", "w1").returncode == 0
+        wait_ready(manager, w1)
         manager.close()
     await session.end()
     assert len(terminal(sink.events, info.task_id)) == 1
@@ -317,6 +327,10 @@ async def test_node_engine_restart_ends_its_task_lost_with_output_so_far(
     finally:
         up = run_lab("up", timeout_s=300)
         assert up.returncode == 0, up.stderr
+        with contextlib.closing(
+            docker.DockerClient(base_url=lab.docker_host, version="auto", timeout=30)
+        ) as manager:
+            wait_ready(manager, lab_nodes(manager)["w1"].id)
     await session.end()
     assert len(terminal(sink.events, info.task_id)) == 1
 
