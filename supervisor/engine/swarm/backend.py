@@ -40,6 +40,7 @@ from supervisor.engine.swarm.spec import (
     service_spec,
 )
 from supervisor.engine.swarm.stream import SwarmStream
+from supervisor.engine.swarm.tasks import TaskPoller
 from supervisor.engine.swarm.unsupported import WithoutHostResources
 
 log = get_logger("supervisor.engine.swarm")
@@ -72,6 +73,7 @@ class SwarmBackend(WithoutHostResources):
     def __init__(self, manager_url: str | None = None, *, tls_dir: str | None = None) -> None:
         self.manager = ManagerAPI(manager_url, tls_dir=tls_dir)
         self.nodes = NodeRegistry(self.manager, tls_dir=tls_dir)
+        self.poller = TaskPoller(self.manager)
         #: service id → (node id, container id), once the task has a container.
         self._where: dict[str, tuple[str, str]] = {}
         #: Services created here and not attached yet: the first attach replays everything
@@ -163,7 +165,7 @@ class SwarmBackend(WithoutHostResources):
         give_up = loop.time() + START_TIMEOUT_S
         delay = 0.05
         while True:
-            status = await self.task(service_id)
+            status = await self.poller.status(service_id)
             if status is not None and status.node_id and status.container_id and status.started:
                 return self._remember(service_id, status.node_id, status.container_id)
             if status is not None and status.start_failed:
