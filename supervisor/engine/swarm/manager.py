@@ -18,7 +18,9 @@ CALL_TIMEOUT_S = 30.0
 
 
 class NotFoundError(EngineError):
-    """The manager answered 404 (internal to the Swarm backend)."""
+    """The manager answered 404 (a service, node or network that is not there)."""
+
+    code = "swarm_not_found"
 
 
 def filters(**values: list[str]) -> str:
