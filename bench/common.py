@@ -667,10 +667,26 @@ def write_result(
     return path
 
 
+def _summary_sections(path: Path) -> dict[str, str]:
+    """The ``## name: title`` sections of an existing summary, by benchmark name."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    sections: dict[str, str] = {}
+    for part in text.split("\n## ")[1:]:
+        name = part.split(":", 1)[0].strip()
+        if name:
+            sections[name] = "## " + part
+    return sections
+
+
 def rewrite_summary(out_dir: Path, order: Sequence[str]) -> Path:
     """``summary.md`` from the latest result of each benchmark (a full run wins over a newer
-    quick one)."""
+    quick one). A benchmark with no result file here keeps its section from the summary as
+    it was (the JSON files are not committed, so a checkout has only the summary)."""
     out_dir.mkdir(parents=True, exist_ok=True)  # every benchmark may have failed
+    kept = _summary_sections(out_dir / "summary.md")
     latest: dict[str, dict[str, Any]] = {}
     for path in sorted(out_dir.glob("*.json")):
         try:
@@ -693,8 +709,12 @@ def rewrite_summary(out_dir: Path, order: Sequence[str]) -> Path:
         "(medians), both measured in the same run, interleaved. See bench/README.md.",
         "",
     ]
-    names = [n for n in order if n in latest] + sorted(set(latest) - set(order))
+    known = set(latest) | set(kept)
+    names = [n for n in order if n in known] + sorted(known - set(order))
     for name in names:
+        if name not in latest:
+            lines += [kept[name].rstrip(), ""]
+            continue
         data = latest[name]
         m = data.get("machine", {})
         eng = m.get("engine", {})

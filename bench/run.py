@@ -45,6 +45,7 @@ BENCHMARKS = {
     "workspace": "bench.workspace",
     "workspace-start": "bench.workspace_start",
     "dashboard": "bench.dashboard",
+    "swarm": "bench.swarm",
 }
 ALIASES = {"event-latency": "latency", "events": "latency", "under-attack": "attack"}
 

@@ -243,9 +243,12 @@ daemon_config() {
   "default-runtime": "runsc",'
   fi
   # Never the host's daemon.json: its live-restore makes swarm mode refuse to start.
+  # no-new-privileges: Swarm's ContainerSpec (API 1.41) cannot ask for it per service, so
+  # the engine sets it for every container (docs/swarm.md, "What Swarm cannot express").
   cat <<JSON
 {${runtimes}
   "live-restore": false,
+  "no-new-privileges": true,
   "iptables": ${IPTABLES},
   "bip": "172.30.$i.1/24",
   "log-driver": "json-file",

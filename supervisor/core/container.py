@@ -70,6 +70,9 @@ class ContainerRequest(_Frozen):
     log_max_size: str = "64m"
     log_max_files: int = 4
     mounts: list[Mount] = Field(default_factory=list)
+    placement: list[str] = Field(default_factory=list)
+    """Constraints on the node that runs it (``node.labels.sandbox==gvisor``), for
+    backends that place containers on nodes; a single-host backend ignores them."""
 
 
 class ContainerState(_Frozen):
@@ -77,7 +80,9 @@ class ContainerState(_Frozen):
 
     id: str
     status: str
-    """created, running, paused, restarting, removing, exited, dead."""
+    """created, running, paused, restarting, removing, exited, dead; ``lost`` (multi-node
+    engines: gone with its node, or given up for it: the node went down, was drained, its
+    engine restarted), with ``error`` saying what happened and naming the node."""
     running: bool
     exit_code: int | None = None
     oom_killed: bool = False
@@ -88,6 +93,8 @@ class ContainerState(_Frozen):
     pid: int | None = None
     """Host pid of the container's PID 1 (local engines only; 0/None otherwise)."""
     runtime: str | None = None
+    node: str | None = None
+    """The node it runs on, for multi-node backends (``hostname (id)``); None on one host."""
 
 
 class ContainerSummary(_Frozen):
@@ -107,3 +114,25 @@ class VolumeSummary(_Frozen):
 
     name: str
     labels: dict[str, str]
+
+
+class EngineCapabilities(_Frozen):
+    """What a backend can do beyond the Protocol's common ground; the runtime adapts."""
+
+    stdin_eof: bool = True
+    """Closing the attached stdin gives the command EOF (Docker: StdinOnce; Swarm cannot:
+    it never sets StdinOnce)."""
+    warm_pool: bool = True
+    """Containers can be started ahead and handed a command over stdin (warm pools)."""
+    placement: bool = False
+    """The engine places containers on nodes and honours ``ContainerRequest.placement``."""
+    node_loss: bool = False
+    """``wait``/``inspect`` may report ``status="lost"`` (multi-node engines)."""
+    workspaces: bool = True
+    """Host directories and named volumes of this host can be mounted (not on a cluster,
+    whose nodes do not see the supervisor's files)."""
+    session_networks: bool = True
+    """Per-session networks (policy ``network = "session"`` or ``"bridge"``)."""
+    exact_replay: bool = False
+    """``attach(logs=True)`` replays the whole log and follows it on one connection, with
+    no gap (a followed log): a re-attach needs no pause to be exact."""

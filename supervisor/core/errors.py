@@ -210,6 +210,20 @@ class RuntimeUnavailable(SupervisorError):
     status = 503
 
 
+class PlacementUnavailable(RuntimeUnavailable):
+    """No node of the cluster can take the task now: none that is ready, active, answers,
+    runs the policy's runtime, has its image and matches its placement. Fails closed."""
+
+    code = "placement_unavailable"
+
+
+class Unsupported(SupervisorError):
+    """The engine backend in use cannot do this (e.g. stdin EOF on Swarm)."""
+
+    code = "unsupported"
+    status = 501
+
+
 class StateStorageError(SupervisorError, OSError):
     """The state directory cannot be written (full disk, permissions)."""
 

@@ -13,8 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from supervisor.core.errors import PolicyError
 from supervisor.core.models import MAX_TIMEOUT_MS
+from supervisor.core.placement import parse_constraint
 
-#: Capabilities a policy may add back after ``cap_drop=ALL``. Everything that reaches
+#: EngineCapabilities a policy may add back after ``cap_drop=ALL``. Everything that reaches
 #: outside the container (SYS_ADMIN, NET_ADMIN, SYS_PTRACE, SYS_MODULE, DAC_READ_SEARCH, ...)
 #: is deliberately absent, so no policy file can grant it.
 SAFE_CAPABILITIES = frozenset(
@@ -218,7 +219,7 @@ class Policy(_Model):
     init: bool = True
     """Run a tiny init as PID 1 that forwards signals and reaps zombies."""
     cap_add: list[str] = Field(default_factory=list)
-    """Capabilities added back after dropping all; only a safe subset is allowed."""
+    """EngineCapabilities added back after dropping all; only a safe subset is allowed."""
     limits: Limits = Field(default_factory=Limits)
     tmpfs: list[Tmpfs] = Field(default_factory=lambda: [Tmpfs(path="/tmp")])
     timeouts: Timeouts = Field(default_factory=Timeouts)
@@ -232,6 +233,10 @@ class Policy(_Model):
     """Whom tasks run as when the session's workspace is owned by root (CI machines,
     containers): ``nobody`` (uid 65534), ``root`` (runsc only: its kernel has its own root
     user) or ``refuse`` (an error). A workspace owned by a user always runs as that user."""
+    placement: list[str] = Field(default_factory=list)
+    """Where the tasks may run on a multi-node engine (Swarm): constraints in Swarm's
+    syntax, all of which must hold, e.g. ``["node.labels.sandbox==gvisor"]``. A task no node
+    can take fails at once (never waits). Ignored by the single-host Docker backend."""
     warm_pool: Annotated[int, Field(ge=0, le=64)] = 0
     """Containers kept started and waiting for a command even when nothing starts, shared
     by every session whose tasks mount no workspace and use no session network (0: none)."""
@@ -254,6 +259,11 @@ class Policy(_Model):
                 "working_dir must be a plain absolute path (no /proc, no '..'), e.g. /tmp"
             )
         return value
+
+    @field_validator("placement")
+    @classmethod
+    def _placement(cls, value: list[str]) -> list[str]:
+        return [str(parse_constraint(c)) for c in value]
 
     @field_validator("cap_add")
     @classmethod

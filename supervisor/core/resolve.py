@@ -213,4 +213,5 @@ def container_request(
         log_max_size=f"{p.logs.max_size_mb}m",
         log_max_files=p.logs.max_files,
         mounts=all_mounts,
+        placement=list(p.placement),
     )

@@ -9,6 +9,7 @@ from supervisor.core.container import (
     ContainerRequest,
     ContainerState,
     ContainerSummary,
+    EngineCapabilities,
     Segment,
     VolumeRequest,
     VolumeSummary,
@@ -40,7 +41,11 @@ class Backend(Protocol):
 
     name: str
     local: bool
-    """True when the engine runs on this host, so host pids and /proc are meaningful."""
+    """True when the engine runs on this host, so host pids and /proc are meaningful (a
+    multi-node backend: when some nodes may be local; it gives ``pid`` only for those)."""
+    capabilities: EngineCapabilities
+    """What it can do beyond the common ground (stdin EOF, warm pools, placement, node
+    loss, workspaces, session networks)."""
 
     async def ping(self) -> dict[str, str]:
         """Engine version info; raises EngineUnavailable."""

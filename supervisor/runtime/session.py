@@ -15,6 +15,7 @@ from supervisor.core.errors import (
     SessionEnded,
     SpecError,
     TaskNotFound,
+    Unsupported,
 )
 from supervisor.core.events import BaseEvent
 from supervisor.core.events import SessionEnded as SessionEndedEvent
@@ -159,7 +160,8 @@ class Session(WorkspaceReview):
 
     async def _launch(self, spec: TaskSpec, policy: Policy, eff: Effective) -> TaskInfo:
         await self._svc.ensure_engine()
-        pool = self._pool(policy) if eligible(spec, policy) else None
+        pooled = self._svc.backend.capabilities.warm_pool and eligible(spec, policy)
+        pool = self._pool(policy) if pooled else None
         warm = pool.take() if pool is not None else None
         task_id = warm.task_id if warm is not None else await self.unique_task_id()
         request = self.build_request(task_id, spec.command, eff, spec.kind)
@@ -239,6 +241,11 @@ class Session(WorkspaceReview):
             raise PolicyError(
                 f"policy {policy_name!r} has warm_pool_max = 0 (warm starts are off); set "
                 "warm_pool or warm_pool_max in its file to use a pool"
+            )
+        if not self._svc.backend.capabilities.warm_pool:
+            raise Unsupported(
+                f"the {self._svc.backend.name} backend has no warm pools (a container started "
+                "ahead cannot be handed its command there); tasks start cold"
             )
         await self._svc.ensure_engine()
         pool = self._pool(policy)

@@ -155,9 +155,9 @@ class Supervisor:
             self.io, owner_labels, instance, self.state_dir
         )
         if self._backend is None:
-            from supervisor.engine.docker import DockerBackend  # noqa: PLC0415 - optional dep
+            from supervisor.engine.select import make_backend  # noqa: PLC0415 - optional dep
 
-            self._backend = DockerBackend(self._docker_host)
+            self._backend = make_backend(self._docker_host)
         if self.stall_watcher is None:
             self.stall_watcher = StallWatcher(self._backend, self.io)
         self._checks = EngineChecks(self._backend, self.policies)
@@ -405,7 +405,8 @@ class Supervisor:
             if name not in self.policies.names():
                 continue
             policy = self.policies.get(name)
-            if policy.warm_pool <= 0 or policy.network != "none" or not self.engine_ok:
+            pooled = self.engine_ok and self.backend.capabilities.warm_pool  # not on Swarm
+            if policy.warm_pool <= 0 or policy.network != "none" or not pooled:
                 continue
             self.pools.get(policy, SHARED, self._shared_pool_ports).refill()
             filling += 1

@@ -8,38 +8,18 @@ import shutil
 import tempfile
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from supervisor.core.errors import SupervisorError
 from supervisor.core.policy import PolicySet, default_policies_dir
 from supervisor.engine.base import Backend
 from supervisor.engine.endpoint import docker_host
 from supervisor.engine.probe import probe_runtime
+from supervisor.tooling.doctor_model import Check, CheckStatus, _Model
 from supervisor.tooling.images import IMAGES, repository, root_cause, source_hash
+from supervisor.tooling.swarm_doctor import node_checks
 
 _NO_ENGINE = "not checked: the engine does not answer"
-
-CheckStatus = Literal["ok", "warn", "fail"]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Check(_Model):
-    """The outcome of one readiness check."""
-
-    name: str
-    """``engine``, ``runtime runc``, ``runtime runsc``, ``image <name>``, ``state dir``,
-    ``policies``."""
-    status: CheckStatus
-    """``ok``; ``warn``: works, with a caveat; ``fail``: the supervisor cannot run tasks."""
-    detail: str
-    """One line for people: what was found, and what to do when it is not ok."""
-    facts: dict[str, Any] = Field(default_factory=dict)
-    """What was measured, for machines (versions, ids, booleans)."""
 
 
 class Report(_Model):
@@ -261,10 +241,10 @@ async def run_checks(
         )
     own = backend is None
     if backend is None:
-        from supervisor.engine.docker import DockerBackend  # noqa: PLC0415 - docker-only path
+        from supervisor.engine.select import make_backend  # noqa: PLC0415 - loads docker-py
 
         try:
-            backend = DockerBackend()
+            backend = make_backend(None)
         except SupervisorError as exc:
             engine = Check(
                 name="engine",
@@ -280,7 +260,11 @@ async def run_checks(
         if engine.status == "fail":
             checks = [engine, *_unchecked(images)]
         else:
-            checks = [engine, *await _engine_checks(backend, policies, images, probe=probe)]
+            checks = [
+                engine,
+                *await node_checks(backend),
+                *await _engine_checks(backend, policies, images, probe=probe),
+            ]
         checks += [await _check_state_dir(state_dir), policy_check]
         return _report(checks)
     finally:

@@ -331,3 +331,18 @@ async def test_a_stop_fails_a_pending_write_at_once(
         await asyncio.wait_for(pending, 2)
     # At once: well within the 10 s a write may otherwise wait.
     assert time.monotonic() - began < 2
+
+
+async def test_a_container_lost_with_its_node_ends_the_task_lost_naming_it(
+    engine: FakeEngine, session: Session
+) -> None:
+    engine.script("serve", Script(Out("up\n"), UntilKilled()))
+    task = await session.start(spec("serve"))
+    await session.wait_for(task.task_id, "up", timeout_s=5)
+    engine.lose(container(engine, task.task_id).id, "node w1 (abc) is down")
+    final = await session.wait(task.task_id, timeout_s=5)
+    assert (final.status, final.reason) == ("failed", "lost")
+    assert final.error == "node w1 (abc) is down"
+    assert Path(final.output_path).read_bytes() == b"up\n"
+    events = await stored_events(session)
+    assert types_of(events, task.task_id) == ["task.started", "task.stopped"]

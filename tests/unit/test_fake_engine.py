@@ -41,6 +41,7 @@ from supervisor.engine.fake import (
     task_command,
 )
 from supervisor.engine.fake.container import rfc3339_ns
+from supervisor.engine.swarm.backend import SwarmBackend
 from supervisor.runtime.pool import pool_script
 from supervisor.runtime.task.ports import WarmStart
 
@@ -98,11 +99,11 @@ def joined(segments: list[Segment], stream: int | None = None) -> bytes:
 # -- the Protocol ------------------------------------------------------------------------
 
 
-def test_fake_and_docker_backends_have_the_protocols_methods() -> None:
+def test_fake_docker_and_swarm_backends_have_the_protocols_methods() -> None:
     members = [n for n in dir(Backend) if not n.startswith("_") and callable(getattr(Backend, n))]
     assert "host_pids" not in members
     assert "connect_network" not in members
-    for cls in (FakeBackend, DockerBackend):
+    for cls in (FakeBackend, DockerBackend, SwarmBackend):
         for name in members:
             ours = inspect.signature(getattr(cls, name))
             assert (

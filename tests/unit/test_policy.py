@@ -142,6 +142,14 @@ BAD_VALUES: list[tuple[str, str, str, str, object, str]] = [
     ("Policy", "warm_pool", "warm_pool = 65", "warm_pool", 65, "less than or equal to 64"),
     (
         "Policy",
+        "placement",
+        'placement = ["node.colour==red"]',
+        "placement",
+        ["node.colour==red"],
+        "unknown key",
+    ),
+    (
+        "Policy",
         "warm_pool_max",
         "warm_pool_max = 257",
         "warm_pool_max",

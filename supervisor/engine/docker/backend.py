@@ -18,6 +18,7 @@ from supervisor.core.container import (
     ContainerRequest,
     ContainerState,
     ContainerSummary,
+    EngineCapabilities,
     Segment,
     VolumeRequest,
     VolumeSummary,
@@ -43,9 +44,12 @@ class DockerBackend:
     """The Docker Engine through its API. Every docker-py call runs in one bounded thread pool."""
 
     name = "docker"
+    capabilities = EngineCapabilities()
 
-    def __init__(self, base_url: str | None = None, *, max_workers: int = 16) -> None:
-        self._endpoint = Endpoint(base_url)
+    def __init__(
+        self, base_url: str | None = None, *, max_workers: int = 16, tls_dir: str | None = None
+    ) -> None:
+        self._endpoint = Endpoint(base_url, tls_dir=tls_dir)
         self.local = self._endpoint.local
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="sbx-docker")
         self._max_workers = max_workers
@@ -71,7 +75,7 @@ class DockerBackend:
                         version="auto",
                         timeout=60,
                         max_pool_size=self._max_workers,
-                        tls=bool(self._endpoint.ssl),
+                        tls=self._endpoint.docker_py_tls(),
                     )
 
                 try:
@@ -148,6 +152,35 @@ class DockerBackend:
         await self._api()
         request = http.attach_request(self._api_prefix, container_id, stdin=stdin, logs=logs)
         return await open_attach(self._endpoint, request, container_id, stdin=stdin)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """Where this engine listens."""
+        return self._endpoint
+
+    async def attach_input(self, container_id: str) -> AttachedStream:
+        """Attach to stdin alone: no output on this connection (so a connection that is not
+        read can never hold up the container's output)."""
+        await self._api()
+        request = http.attach_request(
+            self._api_prefix, container_id, stdin=True, logs=False, output=False
+        )
+        return await open_attach(self._endpoint, request, container_id, stdin=True)
+
+    async def follow_logs(
+        self, container_id: str, *, whole: bool = True
+    ) -> AsyncIterator[list[Segment]]:
+        """The container's whole log from its first message (``whole``; else only what it
+        adds from now on), then what it adds, until the container stops (one connection: no
+        gap between the stored part and the live part, unlike an attach with ``logs``).
+        Closing the iterator closes the connection."""
+        tail = "all" if whole else "0"
+        query = urllib.parse.urlencode({"stdout": 1, "stderr": 1, "follow": 1, "tail": tail})
+        demux = FrameDemux()
+        async for block in self._raw_stream("GET", f"/containers/{container_id}/logs?{query}"):
+            pieces: list[Segment] = list(demux.feed(block))
+            if pieces:
+                yield pieces
 
     async def pause(self, container_id: str) -> None:
         try:
@@ -245,6 +278,10 @@ class DockerBackend:
         except (_NotFoundError, ImageMissing):
             return None
         return str(data["Id"])
+
+    async def info(self) -> dict[str, Any]:
+        """The engine's ``GET /info`` answer."""
+        return dict(await self._call("info", "info"))
 
     async def runtimes(self) -> set[str]:
         info = await self._call("info", "info")

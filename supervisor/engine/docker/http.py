@@ -12,20 +12,30 @@ from supervisor.core.errors import EngineError, EngineUnavailable
 from supervisor.engine.endpoint import READ_SIZE, Endpoint
 
 
-def plain_request(method: str, target: str) -> bytes:
-    """A request without a body, on a connection the engine closes after answering."""
+def plain_request(method: str, target: str, body: bytes | None = None) -> bytes:
+    """A request (a JSON ``body``, or none), on a connection the engine closes after
+    answering."""
+    kind = "" if body is None else "Content-Type: application/json\r\n"
     return (
-        f"{method} {target} HTTP/1.1\r\nHost: docker\r\n"
-        "Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
-    )
+        f"{method} {target} HTTP/1.1\r\nHost: docker\r\n{kind}"
+        f"Content-Length: {len(body or b'')}\r\nConnection: close\r\n\r\n".encode()
+    ) + (body or b"")
 
 
-def attach_request(api_prefix: str, container_id: str, *, stdin: bool, logs: bool) -> bytes:
+def attach_request(
+    api_prefix: str, container_id: str, *, stdin: bool, logs: bool, output: bool = True
+) -> bytes:
     """``POST /containers/{id}/attach`` asking the engine to hijack the connection for the
-    container's stdio (stdout and stderr, stdin when asked, the stored log first with
-    ``logs``). ``api_prefix`` is ``/v<api version>``."""
+    container's stdio (stdout and stderr unless ``output`` is False, stdin when asked, the
+    stored log first with ``logs``). ``api_prefix`` is ``/v<api version>``."""
     query = urllib.parse.urlencode(
-        {"stream": 1, "stdout": 1, "stderr": 1, "stdin": int(stdin), "logs": int(logs)}
+        {
+            "stream": 1,
+            "stdout": int(output),
+            "stderr": int(output),
+            "stdin": int(stdin),
+            "logs": int(logs),
+        }
     )
     return (
         f"POST {api_prefix}/containers/{container_id}/attach?{query} HTTP/1.1\r\n"
@@ -89,12 +99,13 @@ async def body_blocks(
 
 @contextlib.asynccontextmanager
 async def open_request(
-    endpoint: Endpoint, api_prefix: str, method: str, path: str
+    endpoint: Endpoint, api_prefix: str, method: str, path: str, body: bytes | None = None
 ) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-    """A plain request (no body) sent on its own connection, closed afterwards."""
+    """A plain request (a JSON ``body``, or none) sent on its own connection, closed
+    afterwards."""
     reader, writer = await endpoint.connect()
     try:
-        writer.write(plain_request(method, f"{api_prefix}{path}"))
+        writer.write(plain_request(method, f"{api_prefix}{path}", body))
         await writer.drain()
         try:
             yield reader, writer
@@ -107,10 +118,17 @@ async def open_request(
 
 
 async def exchange(
-    endpoint: Endpoint, api_prefix: str, method: str, path: str, *, timeout: float | None = None
+    endpoint: Endpoint,
+    api_prefix: str,
+    method: str,
+    path: str,
+    *,
+    timeout: float | None = None,
+    body: bytes | None = None,
 ) -> tuple[int, bytes]:
-    """A plain request on its own connection (for long waits that must not hold a thread)."""
-    async with open_request(endpoint, api_prefix, method, path) as (reader, _):
+    """A plain request on its own connection (for long waits that must not hold a thread,
+    and for calls made many at once without a thread each)."""
+    async with open_request(endpoint, api_prefix, method, path, body) as (reader, _):
 
         async def answer() -> tuple[int, bytes]:
             status, headers = await read_head(reader)

@@ -182,6 +182,8 @@ class FakeContainer:
         self.finished_ns: int | None = None
         self.removed = False
         self.vanished = False
+        #: Set by FakeEngine.lose: its node is gone (reported as status "lost", this error).
+        self.lost: str | None = None
         self.cpu_ns = 0
         #: What a warm container was told to export before its command (the task's env).
         self.exported: dict[str, str] = {}
@@ -217,11 +219,11 @@ class FakeContainer:
     def state(self) -> ContainerState:
         return ContainerState(
             id=self.id,
-            status=self.status,
-            running=self.running,
+            status="lost" if self.lost is not None else self.status,
+            running=self.running and self.lost is None,
             exit_code=self.exit_code if self.status == "exited" else None,
             oom_killed=self.oom_killed,
-            error=self.error,
+            error=self.lost if self.lost is not None else self.error,
             started_at=ZERO_TIME if self.started_ns is None else rfc3339_ns(self.started_ns),
             finished_at=ZERO_TIME if self.finished_ns is None else rfc3339_ns(self.finished_ns),
             labels=dict(self.request.labels),

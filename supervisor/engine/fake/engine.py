@@ -17,6 +17,7 @@ from supervisor.core.container import (
     ContainerRequest,
     ContainerState,
     ContainerSummary,
+    EngineCapabilities,
     Segment,
     VolumeRequest,
     VolumeSummary,
@@ -174,6 +175,16 @@ class FakeEngine:
         c.cancel()
         self.changes.notify()
 
+    def lose(self, key: str, detail: str) -> None:
+        """The container's node is lost (a multi-node engine): its streams end, it stops,
+        and wait/inspect report ``status="lost"`` with ``error=detail``."""
+        c = self.container(key)
+        c.lost = detail
+        c.drop_streams()
+        if c.running:
+            c.deliver("SIGKILL")
+        self.changes.notify()
+
     def drop_attach(self, key: str, *, lose_unread: bool = False) -> None:
         """Cut every attach connection of a container (``lose_unread``: also what the
         client has not read yet); the container runs on."""
@@ -235,6 +246,7 @@ class FakeBackend:
 
     name = "fake"
     local = False
+    capabilities = EngineCapabilities(node_loss=True)
 
     def __init__(self, engine: FakeEngine | None = None) -> None:
         self.engine = engine or FakeEngine()

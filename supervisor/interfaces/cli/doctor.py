@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,11 @@ from supervisor.core.paths import default_state_dir
 from supervisor.interfaces.cli.common import HelpFormatter, fail, print_json, print_table
 
 EPILOG = """\
-Checks: the engine answers (honours DOCKER_HOST); runc and runsc are registered and a
-probe container really starts under each; the sandbox images are present and built from
-the current sources; the state directory is writable; the policy files load.
+Checks: the engine answers (honours DOCKER_HOST; on a Swarm, every node: its engine from
+the io.sbx.engine label, whether it answers as that node, its default runtime and labels);
+runc and runsc are registered and a probe container really starts under each; the sandbox
+images are present and built from the current sources; the state directory is writable;
+the policy files load.
 runsc missing or broken is a warning (only the policies that ask for gVisor cannot run);
 a stale image is a warning; everything else that is not ok fails.
 
@@ -24,6 +27,7 @@ examples:
   sbx doctor
   sbx doctor --json | jq '.checks[] | select(.status != "ok")'
   DOCKER_HOST=unix:///run/other.sock sbx doctor --no-probe
+  sbx doctor --backend swarm --docker-host unix:///run/sbx-swarm-lab/n1.sock --no-probe
 """
 
 
@@ -31,6 +35,10 @@ def _doctor(args: argparse.Namespace) -> int:
     # Here, not at the top: it loads the docker SDK, which no other command needs at start.
     from supervisor.tooling.doctor import run_checks  # noqa: PLC0415
 
+    if args.backend:
+        os.environ["SBX_BACKEND"] = args.backend  # read where the backend is made
+    if args.docker_host:
+        os.environ["DOCKER_HOST"] = args.docker_host
     state_dir = args.state_dir or default_state_dir()
     report = asyncio.run(
         run_checks(state_dir=state_dir, policies_dir=args.policies_dir, probe=not args.no_probe)
@@ -79,5 +87,16 @@ def register(subparsers: Any) -> None:
         "--no-probe",
         action="store_true",
         help="only ask the engine which runtimes exist; do not start probe containers",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["docker", "swarm"],
+        default=None,
+        help="one Docker engine, or a Swarm through its manager (default: $SBX_BACKEND, docker)",
+    )
+    parser.add_argument(
+        "--docker-host",
+        default=None,
+        help="the engine, or the Swarm manager (default: $DOCKER_HOST)",
     )
     parser.set_defaults(func=_doctor)

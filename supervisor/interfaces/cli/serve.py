@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from supervisor.core.paths import default_state_dir
@@ -69,7 +70,18 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         action="store_true",
         help="stop every task on shutdown instead of leaving it for re-adoption",
     )
-    p.add_argument("--docker-host", default=None, help="engine address (default: $DOCKER_HOST)")
+    p.add_argument(
+        "--docker-host",
+        default=None,
+        help="engine address, or the Swarm manager's with --backend swarm (default: $DOCKER_HOST)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["docker", "swarm"],
+        default=None,
+        help="one Docker engine, or a Swarm cluster through its manager (default: "
+        "$SBX_BACKEND, else docker)",
+    )
     p.add_argument("--webhook", default=None, metavar="URL", help="POST every event here")
     p.add_argument(
         "--webhook-secret-file",
@@ -135,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
     # Here, not at the top: FastAPI, uvicorn and the runtime are for this command alone.
     from supervisor.interfaces.daemon.serve import DaemonSettings, main_serve  # noqa: PLC0415
 
+    if args.backend:
+        # Read where the backend is made (supervisor.engine.select), as SBX_BACKEND is.
+        os.environ["SBX_BACKEND"] = args.backend
     settings = DaemonSettings(
         state_dir=args.state_dir or default_state_dir(),
         policies_dir=args.policies_dir,

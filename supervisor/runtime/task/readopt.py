@@ -120,6 +120,11 @@ async def readopt(runner: Adoptable, stage: str) -> None:
                 SupervisorError("the container disappeared before it started")
             )
         return
+    if engine.status == "lost":
+        # Its node went away while we were down: what the file holds is all there is.
+        state.lc.mark_started()
+        await runner.finish_lost(engine.error or "the node of its container was lost")
+        return
     if engine.status == "created":
         runner.log.info("readopt_start")
         await _start_created(runner)

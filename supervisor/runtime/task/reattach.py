@@ -70,6 +70,9 @@ class Reattacher:
         elif state is None or not state.running:
             # Stopped: its log is complete, so a replay holds everything.
             return await self.attach_replay(cid)
+        if backend.capabilities.exact_replay:
+            # The replay and the live part come on one connection: nothing falls between.
+            return await self.attach_replay(cid)
         await self.capture.set_replay_skip()
         skip, self.capture.skip = self.capture.skip, {1: 0, 2: 0}
         # What the log holds already is stored while the command runs; only what it adds

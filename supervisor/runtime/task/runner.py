@@ -11,7 +11,13 @@ from typing import Any
 
 from supervisor.core import task_events
 from supervisor.core.container import ContainerRequest, ContainerState
-from supervisor.core.errors import StdinClosed, SupervisorError, TaskNotRunning, WaitTimeout
+from supervisor.core.errors import (
+    StdinClosed,
+    SupervisorError,
+    TaskNotRunning,
+    Unsupported,
+    WaitTimeout,
+)
 from supervisor.core.lifecycle import Outcome, StopRequest
 from supervisor.core.logs import get_logger
 from supervisor.core.models import PatternMatch, TaskInfo
@@ -241,6 +247,11 @@ class TaskRunner:
         if state is None:
             await self.finish_lost("the container disappeared")
             return
+        if state.status == "lost" and self.state.lc.stop_reason is None:
+            # A multi-node engine gave the container up with its node (down, drained, its
+            # engine restarted): the output up to then is stored; say which node.
+            await self.finish_lost(state.error or "the node of its container was lost")
+            return
         outage = self.supervision.engine_outage
         if outage and not self.ports.live_restore and self.state.lc.stop_reason is None:
             await self.finish_lost(
@@ -372,6 +383,14 @@ class TaskRunner:
         if not self.state.stdin_open:
             why = "started with stdin=closed" if self.eff.stdin == "closed" else "EOF was sent"
             raise StdinClosed(f"task {self.task_id} has no open stdin ({why})")
+        if eof and not self.ports.backend.capabilities.stdin_eof:
+            # Refused before anything is written: the caller can resend without eof.
+            raise Unsupported(
+                f"task {self.task_id}: the {self.ports.backend.name} backend cannot give a "
+                "command EOF on stdin (it never closes a running task's stdin); send the "
+                "input without eof, or start the task with stdin=closed or with its input "
+                "in the command (e.g. printf ... | cmd)"
+            )
         await self.stdin.send(data, eof=eof)
         if eof:
             self.state.stdin_open = False
