@@ -14,7 +14,7 @@ from supervisor import Supervisor
 from tests.conftest import POLICIES, require_engine
 
 pytest.register_assert_rewrite("tests.adversarial.harness")
-from tests.adversarial.harness import Arena  # noqa: E402 - after the rewrite registration
+from tests.adversarial.harness import Arena, owned_by  # noqa: E402 - after the rewrite registration
 
 RUNTIMES = ("runc", "runsc")
 
@@ -62,6 +62,8 @@ async def arena(
             await a.session.end()
             if a.watch is not None:
                 a.watch.close()
+    # Closing the supervisor removes its warm pools too: nothing of it is left at all.
+    assert owned_by(sup.instance_id) == [], "containers left behind after close"
 
 
 @pytest.fixture
@@ -105,6 +107,7 @@ async def ws_arena(
             await a.session.end()
             if a.watch is not None:
                 a.watch.close()
+    assert owned_by(sup.instance_id) == [], "containers left behind after close"
 
 
 _PARAM = re.compile(r"\[(runc|runsc)\]$")

@@ -16,6 +16,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,10 +178,16 @@ class HostWatch:
     container's shim) count only when the container carries this supervisor's owner label.
     """
 
-    def __init__(self, disk_path: Path, owner: str) -> None:
+    def __init__(
+        self, disk_path: Path, owner: str, in_pool: Callable[[str], bool] = lambda _: False
+    ) -> None:
         self.disk_path = disk_path
         self.owner = owner
+        #: Whether a task id is a warm container still waiting in one of the supervisor's
+        #: shared pools (it belongs to no case until a task takes it).
+        self.in_pool = in_pool
         self._owners: dict[str, bool] = {}
+        self._pooled: dict[str, str] = {}
         self._lock = threading.Lock()
         self._client = engine()
         self.before = self.sample()
@@ -199,10 +206,13 @@ class HostWatch:
             try:
                 labels = self._client.inspect_container(cid)["Config"]["Labels"] or {}
                 known = labels.get("io.sbx.owner") == self.owner
+                if known and labels.get("io.sbx.kind") == "pooled":
+                    self._pooled[cid] = labels.get("io.sbx.task", "")
             except docker.errors.NotFound:
                 known = False  # gone before we saw it; not on this engine
             self._owners[cid] = known
-        return known
+        # A warm container counts from the moment a task takes it (its labels never change).
+        return known and not (cid in self._pooled and self.in_pool(self._pooled[cid]))
 
     def sample(self) -> Sample:
         with self._lock:
@@ -270,6 +280,18 @@ def cgroup_file(container_id: str, controller: str, name: str) -> Path | None:
 
 
 # -- the arena ---------------------------------------------------------------------------------
+
+
+def owned_by(instance_id: str) -> list[dict[str, Any]]:
+    """Every container (running or not) labelled with this supervisor instance as owner."""
+    c = engine()
+    try:
+        rows: list[dict[str, Any]] = c.containers(
+            all=True, filters={"label": f"io.sbx.owner={instance_id}"}
+        )
+        return rows
+    finally:
+        c.close()
 
 
 class ArenaSink(MemorySink):
@@ -345,7 +367,7 @@ class Arena:
         return self.sup.policies.get(self.policy).limits
 
     async def open(self, name: str) -> None:
-        self.watch = HostWatch(self.sup.state_dir, self.sup.instance_id)
+        self.watch = HostWatch(self.sup.state_dir, self.sup.instance_id, self.sup.pools.holds)
         self.session = await self.sup.open_session(name, sinks=[self.sink])
 
     async def open_workspace(
@@ -354,7 +376,7 @@ class Arena:
         """Open the case's session on ``project`` (under the supervisor's workspace root):
         tasks run in it, at its host path, as its owner."""
         self.project = project
-        self.watch = HostWatch(self.sup.state_dir, self.sup.instance_id)
+        self.watch = HostWatch(self.sup.state_dir, self.sup.instance_id, self.sup.pools.holds)
         self.session = await self.sup.open_session(
             name,
             sinks=[self.sink],
@@ -425,14 +447,16 @@ class Arena:
         return [line for line in text.splitlines() if ws in line]
 
     def owned_containers(self) -> list[dict[str, Any]]:
-        c = engine()
-        try:
-            rows: list[dict[str, Any]] = c.containers(
-                all=True, filters={"label": f"io.sbx.owner={self.sup.instance_id}"}
+        """This supervisor's containers, except the warm ones its shared pools keep ready:
+        they belong to no session until a task takes one (checked at close instead)."""
+        return [
+            row
+            for row in owned_by(self.sup.instance_id)
+            if not (
+                row["Labels"].get("io.sbx.kind") == "pooled"
+                and not row["Labels"].get("io.sbx.session")
             )
-            return rows
-        finally:
-            c.close()
+        ]
 
     async def finish(self) -> None:
         """End the session, then check the host and the engine."""

@@ -148,8 +148,11 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
         assert rc == 0, f"daemon exited with {rc}:\n{d.log.read_text()[-3000:]}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Browser]:
+    """One browser per module: Playwright's sync API keeps an event loop running in this
+    thread until it stops, and the asyncio tests collected after the browser ones need the
+    thread's loop free again."""
     if sync_playwright is None:
         _missing("the playwright package is not installed (pip install -e '.[dev]')")
     path = chromium_path()
