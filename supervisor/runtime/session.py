@@ -281,7 +281,7 @@ class Session(WorkspaceReview):
             runner.exited.set()
             # A crash between the "ended" record and the removal leaves the container:
             # remove it now (done is set once it is gone, as for any ended task).
-            self._spawn(runner.remove_after_restore(), task_id)
+            self._spawn(_remove_after_restore(runner), task_id)
         else:
             self._spawn(runner.resume(record.stage), task_id)
         return runner
@@ -410,3 +410,11 @@ class Session(WorkspaceReview):
         if self._tasks:
             await asyncio.wait(list(self._tasks))
         await self._log.aclose(sink_timeout=2.0)
+
+
+async def _remove_after_restore(runner: TaskRunner) -> None:
+    """An ended task restored from the store: remove its container if it is left."""
+    try:
+        await runner.stopper.remove()
+    finally:
+        runner.done.set()

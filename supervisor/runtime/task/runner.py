@@ -11,13 +11,7 @@ from typing import Any
 
 from supervisor.core import task_events
 from supervisor.core.container import ContainerRequest, ContainerState
-from supervisor.core.errors import (
-    StdinClosed,
-    SupervisorError,
-    TaskNotRunning,
-    Unsupported,
-    WaitTimeout,
-)
+from supervisor.core.errors import SupervisorError, TaskNotRunning, WaitTimeout
 from supervisor.core.lifecycle import Outcome, StopRequest
 from supervisor.core.logs import get_logger
 from supervisor.core.models import PatternMatch, TaskInfo
@@ -30,10 +24,10 @@ from supervisor.runtime.task.launch import Launcher, pooled_command
 from supervisor.runtime.task.ports import TaskPorts, WarmStart
 from supervisor.runtime.task.readopt import readopt
 from supervisor.runtime.task.reattach import Reattacher
-from supervisor.runtime.task.search import TaskView, wait_for_pattern
-from supervisor.runtime.task.stdin import StdinWriter
+from supervisor.runtime.task.search import wait_for_pattern
+from supervisor.runtime.task.stdin import StdinWriter, refuse_input
 from supervisor.runtime.task.stopper import Stopper
-from supervisor.runtime.task.supervise import Supervision
+from supervisor.runtime.task.supervise import Supervision, lost_detail
 from supervisor.runtime.task.watchers import Watchers
 
 log = get_logger("supervisor.task")
@@ -122,6 +116,10 @@ class TaskRunner:
     @property
     def ended(self) -> bool:
         return self.state.lc.ended
+
+    @property
+    def seen(self) -> asyncio.Event:
+        return self.capture.seen
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -244,20 +242,13 @@ class TaskRunner:
         await self.finish_after_exit(state)
 
     async def finish_after_exit(self, state: ContainerState | None) -> None:
-        if state is None:
-            await self.finish_lost("the container disappeared")
-            return
-        if state.status == "lost" and self.state.lc.stop_reason is None:
-            # A multi-node engine gave the container up with its node (down, drained, its
-            # engine restarted): the output up to then is stored; say which node.
-            await self.finish_lost(state.error or "the node of its container was lost")
-            return
-        outage = self.supervision.engine_outage
-        if outage and not self.ports.live_restore and self.state.lc.stop_reason is None:
-            await self.finish_lost(
-                f"the engine restarted without live-restore and stopped the container "
-                f"(exit code {state.exit_code})"
-            )
+        detail = lost_detail(
+            state,
+            outage=self.supervision.engine_outage and not self.ports.live_restore,
+            stopping=self.state.lc.stop_reason is not None,
+        )
+        if state is None or detail is not None:
+            await self.finish_lost(detail or "the container disappeared")
             return
         outcome = self.state.lc.finish_exited(state.exit_code, oom_killed=state.oom_killed)
         if outcome is not None:
@@ -334,13 +325,6 @@ class TaskRunner:
             await asyncio.shield(self.stopper.remove())
         self.done.set()
 
-    async def remove_after_restore(self) -> None:
-        """An ended task restored from the store: remove its container if it is left."""
-        try:
-            await self.stopper.remove()
-        finally:
-            self.done.set()
-
     async def release(self) -> None:
         """Drop our side (stream, timers, file) without touching the container."""
         self.watchers.disarm()
@@ -380,17 +364,14 @@ class TaskRunner:
     async def send_input(self, data: bytes, *, eof: bool = False) -> None:
         if self.ended:
             raise TaskNotRunning(self.info(), f"task {self.task_id} has ended; it takes no input")
-        if not self.state.stdin_open:
-            why = "started with stdin=closed" if self.eff.stdin == "closed" else "EOF was sent"
-            raise StdinClosed(f"task {self.task_id} has no open stdin ({why})")
-        if eof and not self.ports.backend.capabilities.stdin_eof:
-            # Refused before anything is written: the caller can resend without eof.
-            raise Unsupported(
-                f"task {self.task_id}: the {self.ports.backend.name} backend cannot give a "
-                "command EOF on stdin (it never closes a running task's stdin); send the "
-                "input without eof, or start the task with stdin=closed or with its input "
-                "in the command (e.g. printf ... | cmd)"
-            )
+        backend = self.ports.backend
+        refuse_input(
+            self.task_id,
+            stdin_open=self.state.stdin_open,
+            started_closed=self.eff.stdin == "closed",
+            eof=eof and not backend.capabilities.stdin_eof,
+            backend=backend.name,
+        )
         await self.stdin.send(data, eof=eof)
         if eof:
             self.state.stdin_open = False
@@ -406,18 +387,10 @@ class TaskRunner:
         self, pattern: Pattern, timeout_s: float, from_offset: int = 0
     ) -> PatternMatch:
         """First line at/after ``from_offset`` matching ``pattern`` (searched in the file)."""
-        view = TaskView(
-            task_id=self.task_id,
-            seen=lambda: self.capture.seen,
-            ended=lambda: self.ended,
-            exited=self.exited,
-            final=self.final,
-            info=self.info,
-        )
         return await wait_for_pattern(
             self.capture.path,
             pattern,
-            view,
+            self,
             self.ports.search_io or self.ports.io,
             timeout_s=timeout_s,
             from_offset=from_offset,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
+from typing import Protocol
 
 from supervisor.core.errors import TaskNotRunning, WaitTimeout
 from supervisor.core.models import PatternMatch, TaskInfo
@@ -43,25 +43,23 @@ def _scan_next(scanner: LineScanner, path: Path) -> tuple[int, PatternMatch | No
     return len(data), scanner.feed(data, offset)
 
 
-class TaskView:
-    """What a search needs to know about its task while it runs."""
+class TaskView(Protocol):
+    """What a search needs to know about its task while it runs (a TaskRunner is one)."""
 
-    def __init__(
-        self,
-        *,
-        task_id: str,
-        seen: Callable[[], asyncio.Event],
-        ended: Callable[[], bool],
-        exited: asyncio.Event,
-        final: asyncio.Event,
-        info: Callable[[], TaskInfo],
-    ) -> None:
-        self.task_id = task_id
-        self.seen = seen
-        self.ended = ended
-        self.exited = exited
-        self.final = final
-        self.info = info
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def seen(self) -> asyncio.Event:
+        """Set (and replaced) whenever output arrives."""
+        ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    exited: asyncio.Event
+    final: asyncio.Event
+
+    def info(self) -> TaskInfo: ...
 
 
 async def wait_for_pattern(
@@ -79,8 +77,8 @@ async def wait_for_pattern(
     deadline = loop.time() + timeout_s
     scanner = LineScanner(pattern, from_offset)
     while True:
-        seen = task.seen()
-        ended = task.ended() or task.exited.is_set()
+        seen = task.seen
+        ended = task.ended or task.exited.is_set()
         got, match = await loop.run_in_executor(io, _scan_next, scanner, path)
         if match is not None:
             return match
@@ -89,7 +87,7 @@ async def wait_for_pattern(
                 break
             continue
         if ended:
-            if task.exited.is_set() and not task.ended():
+            if task.exited.is_set() and not task.ended:
                 await task.final.wait()  # the last bytes may still be on their way
                 continue
             match = scanner.finish()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from supervisor.core.errors import InputNotRead, SpecError, StdinClosed
+from supervisor.core.errors import InputNotRead, SpecError, StdinClosed, Unsupported
 from supervisor.engine.base import AttachedStream
 from supervisor.runtime.aio import first_of
 
@@ -17,6 +17,23 @@ MAX_INPUT_BYTES = 1 << 20
 INPUT_TIMEOUT_S = 10.0
 #: How long input sent while the task starts waits for its stdin to be attached.
 ATTACH_WAIT_S = 30.0
+
+
+def refuse_input(
+    task_id: str, *, stdin_open: bool, started_closed: bool, eof: bool, backend: str
+) -> None:
+    """Raise before anything is written when the task cannot take this input: its stdin is
+    closed (StdinClosed), or ``eof`` is asked of a backend that cannot close a running
+    task's stdin (Unsupported; the caller can resend without it)."""
+    if not stdin_open:
+        why = "started with stdin=closed" if started_closed else "EOF was sent"
+        raise StdinClosed(f"task {task_id} has no open stdin ({why})")
+    if eof:
+        raise Unsupported(
+            f"task {task_id}: the {backend} backend cannot give a command EOF on stdin (it "
+            "never closes a running task's stdin); send the input without eof, or start "
+            "the task with stdin=closed or with its input in the command (e.g. printf ... | cmd)"
+        )
 
 
 class StdinWriter:

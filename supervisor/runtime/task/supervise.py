@@ -184,3 +184,23 @@ class Supervision:
             self.log.warning("catch_up_timeout")
         finally:
             await stream.aclose()
+
+
+def lost_detail(state: ContainerState | None, *, outage: bool, stopping: bool) -> str | None:
+    """Why a container that exited counts as lost (None: it ended on its own terms).
+    ``outage``: the engine restarted meanwhile without live-restore; ``stopping``: we were
+    stopping it anyway, so its exit is the stop's."""
+    if state is None:
+        return "the container disappeared"
+    if stopping:
+        return None
+    if state.status == "lost":
+        # A multi-node engine gave the container up with its node (down, drained, its
+        # engine restarted): the output up to then is stored; say which node.
+        return state.error or "the node of its container was lost"
+    if outage:
+        return (
+            "the engine restarted without live-restore and stopped the container "
+            f"(exit code {state.exit_code})"
+        )
+    return None
