@@ -3,7 +3,7 @@
 // the bottom, at most ``maxItems`` in the page. Fetched from the notifications API when the
 // event stream says something new happened.
 
-import { api, el, formatTime, taskPage, throttle } from "./common.js";
+import { api, ApiError, el, formatTime, taskPage, throttle } from "./common.js";
 
 /** Polls and monitor lines: many, and hidden on request. */
 const NOISE = new Set(["task.poll", "task.output", "task.output_suppressed"]);
@@ -43,7 +43,14 @@ export class Timeline {
     for (;;) {
       const query = new URLSearchParams({ format: "json", after: String(this.cursor), limit: String(this.page) });
       if (this.taskId) query.set("task_id", this.taskId);
-      const body = await api(`/sessions/${encodeURIComponent(this.sid)}/notifications?${query}`);
+      let body;
+      try {
+        body = await api(`/sessions/${encodeURIComponent(this.sid)}/notifications?${query}`);
+      } catch (err) {
+        // The session ended and is gone (404) while the page was open: keep what is shown.
+        if (err instanceof ApiError && err.status === 404) return;
+        throw err;
+      }
       this.append(body.notifications);
       const read = body.last_seq - this.cursor;
       this.cursor = body.last_seq;
