@@ -335,8 +335,8 @@ async def _undo(client: SbxClient, args: argparse.Namespace, sid: str) -> int:
         return 0
     restored, removed, kept = result["restored"], result["removed"], result["kept"]
     sys.stdout.write(
-        f"undid the last apply: {len(restored)} path(s) restored, {len(removed)} removed; "
-        "its changes are pending again\n"
+        f"undid the last apply: {len(restored)} path(s) restored, {len(removed)} removed "
+        "(the applied changes are not pending again: rerun the task to get them back)\n"
     )
     if kept:
         sys.stdout.write(

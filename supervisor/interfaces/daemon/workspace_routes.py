@@ -183,8 +183,9 @@ def add_workspace_routes(api: FastAPI, sup: Supervisor) -> None:
         who: Who,
         body: Annotated[UndoBody | None, Body()] = None,
     ) -> UndoResult:
-        """Put the host project back as it was before the last apply; its changes are
-        pending again. 404 (workspace_no_backup) when nothing was applied."""
+        """Put the host project back as it was before the last apply. The applied changes
+        left the session's layer at apply, so they are not pending again. 404
+        (workspace_no_backup) when nothing was applied."""
         target = _Target(sup, session_id, who)
         async with exclusive(session_id):
             return await target.undo(body or UndoBody())
