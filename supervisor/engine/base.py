@@ -35,6 +35,11 @@ class AttachedStream(Protocol):
         """Close the connection (idempotent)."""
         ...
 
+    def is_open(self) -> bool:
+        """False once the connection is known to be gone: closed here, or ended by the
+        engine (the container exited, the engine went away)."""
+        ...
+
 
 class Backend(Protocol):
     """A container engine. Implementations translate their errors into SupervisorError."""

@@ -134,6 +134,7 @@ class WarmPool:
         self._prefill = 0
         self._filling: asyncio.Task[None] | None = None
         self._idle: asyncio.Task[None] | None = None
+        self._dropping: set[asyncio.Task[None]] = set()
         self._closed = False
         self.log = log.bind(policy=policy.name, scope=scope or "shared")
 
@@ -160,10 +161,18 @@ class WarmPool:
         self.refill()
 
     def take(self) -> WarmStart | None:
-        """A ready container, or None (the caller starts cold). Triggers a refill."""
+        """A ready container whose connection is still up, or None (the caller starts
+        cold). Triggers a refill. Ready containers whose connection ended (they exited, the
+        engine went away) are removed on the way."""
         loop = asyncio.get_running_loop()
         self._takes.append(loop.time())
-        taken = self._ready.pop(0)[1] if self._ready else None
+        taken = None
+        while self._ready and taken is None:
+            taken = self._ready.pop(0)[1]
+            if not taken.stream.is_open():
+                self.log.info("pool_drop_dead", container=taken.container_id[:12])
+                self._drop(taken)
+                taken = None
         if taken is None:
             self.refill()
         else:
@@ -252,6 +261,12 @@ class WarmPool:
                 self._ready = [r for r in self._ready if r not in retire]
                 await asyncio.gather(*(self.discard(w) for _, w in retire))
 
+    def _drop(self, pooled: WarmStart) -> None:
+        """Discard in the background (the caller cannot wait)."""
+        task = asyncio.get_running_loop().create_task(self.discard(pooled), name="pool-drop")
+        self._dropping.add(task)
+        task.add_done_callback(self._dropping.discard)
+
     async def discard(self, pooled: WarmStart) -> None:
         """Remove a warm container that will not become a task."""
         await pooled.stream.aclose()
@@ -277,7 +292,7 @@ class WarmPool:
             with contextlib.suppress(asyncio.CancelledError, SupervisorError):
                 await asyncio.shield(self._filling)
         ready, self._ready = self._ready, []
-        await asyncio.gather(*(self.discard(w) for _, w in ready))
+        await asyncio.gather(*(self.discard(w) for _, w in ready), *self._dropping)
 
 
 class Pools:

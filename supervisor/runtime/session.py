@@ -70,6 +70,11 @@ class Session(WorkspaceReview):
         self._log = events
         self._events = SessionEvents(events, services.store, session_id)
         self._runners: dict[str, TaskRunner] = {}
+        #: The runners not yet seen ended (counting them stays O(running), not O(all)).
+        self._live: dict[str, TaskRunner] = {}
+        #: Task ids between taking a warm container and registering the runner: the
+        #: reconciler must not reap that container meanwhile.
+        self._binding: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         #: Starts admitted under the running-task limit that have no runner yet.
         self._reserved = 0
@@ -117,12 +122,14 @@ class Session(WorkspaceReview):
 
     def running_count(self) -> int:
         """Tasks of this session that have not ended."""
-        return sum(1 for r in self._runners.values() if not r.ended)
+        for task_id in [t for t, r in self._live.items() if r.ended]:
+            del self._live[task_id]
+        return len(self._live)
 
     def owns(self, task_id: str) -> bool:
         """Whether a container labeled with ``task_id`` belongs to this session (a task, or a
         warm container waiting in a pool)."""
-        return task_id in self._runners
+        return task_id in self._runners or task_id in self._binding
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -159,25 +166,36 @@ class Session(WorkspaceReview):
             self._reserved -= 1
 
     async def _launch(self, spec: TaskSpec, policy: Policy, eff: Effective) -> TaskInfo:
-        await self._svc.ensure_engine()
         pooled = self._svc.backend.capabilities.warm_pool and eligible(spec, policy)
         pool = self._pool(policy) if pooled else None
-        warm = pool.take() if pool is not None else None
+        # A warm container's live attach connection shows the engine answers; a cold start
+        # asks it first (a fast, clear EngineUnavailable instead of a failed task).
+        warm = pool.take() if pool is not None and pool.size else None
+        if warm is None:
+            await self._svc.ensure_engine()
+            warm = pool.take() if pool is not None else None
         task_id = warm.task_id if warm is not None else await self.unique_task_id()
         request = self.build_request(task_id, spec.command, eff, spec.kind)
         ident = self._identity(task_id, spec, eff)
         runner = TaskRunner(self._ports(), ident=ident, eff=eff, request=request, warm=warm)
-        # The intent record comes first: a crash between now and the container's creation is
-        # recognised on restart. A state volume that cannot take it refuses the task.
+        if warm is not None:
+            # Bound in the first record: a crash from here on finds the warm container by
+            # this record (re-adoption runs the command cold if it never reached it).
+            runner.state.container_id = warm.container_id
+        # The first record comes before anything runs: a crash from now on is recognised
+        # on restart. A state volume that cannot take it refuses the task.
+        self._binding.add(task_id)
         try:
             await self._svc.check_state_space()
-            await self._task_ports.persist("intent", runner.record("intent"))
+            await self._task_ports.persist(runner.state.stage, runner.record())
         except BaseException:
             if pool is not None and warm is not None:
                 await pool.discard(warm)
             raise
+        finally:
+            self._binding.discard(task_id)
         crash_point("pool_bound" if warm is not None else "intent")
-        self._runners[task_id] = runner
+        self._runners[task_id] = self._live[task_id] = runner
         self._spawn(runner.run(), task_id)
         return runner.info()
 
@@ -275,7 +293,7 @@ class Session(WorkspaceReview):
         ident = self._identity(task_id, record.spec, eff)
         state = TaskState.from_record(ident, record)
         runner = TaskRunner(self._ports(), ident=ident, eff=eff, request=request, state=state)
-        self._runners[task_id] = runner
+        self._runners[task_id] = self._live[task_id] = runner
         if runner.ended:
             runner.final.set()
             runner.exited.set()

@@ -15,6 +15,9 @@ from supervisor.core.errors import StateStorageError
 #: the minimum, every start looks again.
 PLENTY_BYTES = 1 << 30
 FRESH_S = 1.0
+#: A plentiful reading up to this old lets a start go on while a fresh one is taken in the
+#: background (no thread hop on the start's path); an older one is waited for.
+STALE_S = 30.0
 
 
 class StateSpace:
@@ -25,19 +28,43 @@ class StateSpace:
         self.min_free_bytes = min_free_bytes
         self.io = io
         self._good_until = 0.0
+        self._plenty_at = float("-inf")
+        self._refresh: asyncio.Task[None] | None = None
 
     async def check(self) -> None:
         """Raise StateStorageError when fewer than ``min_free_bytes`` are free."""
         now = time.monotonic()
         if now < self._good_until:
             return
-        loop = asyncio.get_running_loop()
-        stat = await loop.run_in_executor(self.io, os.statvfs, self.state_dir)
-        free = stat.f_bavail * stat.f_frsize
+        if now - self._plenty_at < STALE_S:
+            # Plenty a moment ago: this start goes on; the next ones see the new reading.
+            if self._refresh is None or self._refresh.done():
+                self._refresh = asyncio.create_task(self._read_quietly(), name="state-space")
+            return
+        free = await self._read()
         if free < self.min_free_bytes:
             raise StateStorageError(
                 f"the state volume at {self.state_dir} is full ({free // 1024} KiB free); "
                 "new tasks are refused until space returns"
             )
+
+    async def _read_quietly(self) -> None:
+        """A background reading: a failure leaves the next start to read (and raise)."""
+        try:
+            await self._read()
+        except OSError:
+            self._plenty_at = float("-inf")
+
+    async def _read(self) -> int:
+        """Free bytes now; remembers a plentiful reading."""
+        loop = asyncio.get_running_loop()
+        stat = await loop.run_in_executor(self.io, os.statvfs, self.state_dir)
+        free = stat.f_bavail * stat.f_frsize
+        now = time.monotonic()
         if free >= self.min_free_bytes + PLENTY_BYTES:
             self._good_until = now + FRESH_S
+            self._plenty_at = now
+        else:
+            self._good_until = 0.0
+            self._plenty_at = float("-inf")
+        return free

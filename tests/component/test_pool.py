@@ -3,12 +3,14 @@ a pooled container cannot honour (env, tighter limits) falls back to a cold star
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from supervisor import PolicyError, Session, Supervisor, TaskSpec
 from supervisor.engine.fake import Exit, FakeEngine, Out, ReadLine, Script, UntilKilled
+from supervisor.state.store import StateStore
 from tests.component.conftest import container, removed, stored_events, types_of
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(15)]
@@ -125,3 +127,74 @@ async def test_the_shared_pool_outlives_a_session_and_goes_with_the_supervisor(
     await other.end()
     await sup.aclose()
     assert all(c.removed for c in engine.containers)
+
+
+async def test_a_warm_start_asks_the_engine_nothing_before_it_answers(
+    engine: FakeEngine, session: Session
+) -> None:
+    """The warm container's live attach connection shows the engine answers: no ping on the
+    start's path. A cold start still pings first (a clear EngineUnavailable)."""
+    engine.script("greet", Script(Out("hi\n"), Exit(0)))
+    await session.prewarm("warm")
+    before = len(engine.calls)
+    ready = pooled(engine)
+    task = await session.start(warm("greet"))
+    assert f"sbx-{task.task_id}" in ready
+    assert [m for m, _ in engine.calls[before:] if m == "alive"] == []
+    await session.wait(task.task_id, timeout_s=5)
+    before = len(engine.calls)
+    cold = await session.start(warm("greet", limits={"memory_mb": 64}))
+    assert [m for m, _ in engine.calls[before:]][:1] == ["alive"]
+    await session.wait(cold.task_id, timeout_s=5)
+
+
+async def test_a_ready_container_whose_connection_ended_is_skipped_and_removed(
+    engine: FakeEngine, session: Session
+) -> None:
+    """A warm container that exited (or lost its engine connection) while it waited is never
+    handed a command: the start takes the next one, and the dead one is removed."""
+    engine.script("greet", Script(Out("hi\n"), Exit(0)))
+    await session.prewarm("warm")
+    first, second = pooled(engine)
+    engine.container(first).drop_streams()
+    task = await session.start(warm("greet"))
+    assert f"sbx-{task.task_id}" == second
+    final = await session.wait(task.task_id, timeout_s=5)
+    assert (final.status, Path(final.output_path).read_bytes()) == ("completed", b"hi\n")
+    await engine.changes.until(lambda: engine.container(first).removed)
+    # All of them dead: a cold start, never a failed task.
+    await engine.changes.until(lambda: len(pooled(engine)) == 2)
+    for name in pooled(engine):
+        engine.container(name).drop_streams()
+    cold = await session.start(warm("greet"))
+    assert f"sbx-{cold.task_id}" not in pooled(engine)
+    final = await session.wait(cold.task_id, timeout_s=5)
+    assert (final.status, Path(final.output_path).read_bytes()) == ("completed", b"hi\n")
+
+
+async def test_a_container_being_bound_is_never_reaped(
+    engine: FakeEngine, sup: Supervisor, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between taking a warm container and registering its task, the first record is being
+    written: the reconciler, running right then, must count the container as owned."""
+    engine.script("greet", Script(Out("hi\n"), Exit(0)))
+    await session.prewarm("warm")
+    writing = asyncio.Event()
+    release = asyncio.Event()
+    real = StateStore.put_task
+
+    async def slow_put(store: StateStore, task_id: str, *args: str) -> None:
+        if not writing.is_set():  # the first record of the start below
+            writing.set()
+            await release.wait()
+        await real(store, task_id, *args)
+
+    monkeypatch.setattr(StateStore, "put_task", slow_put)
+    start = asyncio.create_task(session.start(warm("greet")))
+    await writing.wait()
+    assert await sup.reconciler.reap_unowned() == 0
+    assert not any(c.removed for c in engine.containers)
+    release.set()
+    task = await start
+    final = await session.wait(task.task_id, timeout_s=5)
+    assert (final.status, Path(final.output_path).read_bytes()) == ("completed", b"hi\n")

@@ -3,8 +3,8 @@ nothing leaks, nothing is handed to the wrong session, no accepted task is lost.
 
 The steps (``supervisor.core.faults``): ``pool_made`` (a warm container is ready, bound to
 no one), ``pool_taken`` (a start took it, nothing is recorded yet), ``pool_bound`` (the
-task's intent names it), ``pool_created`` (the record says created; the command is not
-written yet). After the restart every accepted task ends completed with its exact output
+task's first record names it, before the start answers), ``pool_created`` (the task runs,
+the command is not written yet). After the restart every accepted task ends completed with its exact output
 and one terminal event; a new session's task never runs in a container the dead daemon
 made; and once the sessions end no container of either daemon remains.
 """

@@ -184,6 +184,12 @@ class DockerAttach:
         if self._protocol.transport is not None:
             self._protocol.transport.close()
 
+    def is_open(self) -> bool:
+        transport = self._protocol.transport
+        return not (self._closed or self._protocol.eof or transport is None) and not (
+            transport.is_closing()
+        )
+
 
 async def open_attach(
     endpoint: Endpoint, request: bytes, container_id: str, *, stdin: bool

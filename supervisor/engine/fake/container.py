@@ -154,6 +154,9 @@ class FakeAttach:
         self._release_stdin()
         self._container.detach(self)
 
+    def is_open(self) -> bool:
+        return not (self._closed or self._ended)
+
 
 class FakeContainer:
     """A container of the fake engine; the attributes are there for tests to read."""

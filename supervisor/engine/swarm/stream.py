@@ -48,3 +48,6 @@ class SwarmStream:
                 await aclose()
         if self._stdin is not None:
             await self._stdin.aclose()
+
+    def is_open(self) -> bool:
+        return not self._closed

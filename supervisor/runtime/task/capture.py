@@ -167,6 +167,10 @@ class Capture:
 
     async def run(self, stream: AttachedStream) -> None:
         """Store everything the stream delivers until it ends."""
+        if not self._last_checkpoint:
+            # The first checkpoint a period after the start, not with the first output
+            # (where it would compete with that output's write; the file is the truth).
+            self._last_checkpoint = asyncio.get_running_loop().time()
         while True:
             segments = await stream.read()
             if segments is None:

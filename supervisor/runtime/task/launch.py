@@ -66,11 +66,12 @@ class Launcher:
 
     async def warm(self, warm: WarmStart, command: str) -> None:
         """Hand the command to a warm container; then close stdin if the task has none.
-        Raises SupervisorError when the container does not take it."""
+        Raises SupervisorError when the container does not take it.
+
+        The task's first record already names the container (the session binds it there):
+        a crash before the write leaves a record naming a warm container that never got a
+        command, and re-adoption runs the command cold."""
         self.state.container_id = warm.container_id
-        # Bound before the command is written: a crash before the write leaves a record
-        # naming a warm container that never got a command (re-adoption runs it cold).
-        await self.persist("created")
         crash_point("pool_created")
         try:
             await warm.stream.write(warm.payload(command))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -60,7 +61,7 @@ class Adoptable(Protocol):
 
     async def after_start(self) -> None: ...
 
-    async def supervise(self) -> None: ...
+    async def supervise(self, meanwhile: Coroutine[Any, Any, None] | None = None) -> None: ...
 
     async def finish_after_exit(self, state: ContainerState | None) -> None: ...
 

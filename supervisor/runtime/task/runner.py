@@ -19,6 +19,7 @@ from supervisor.core.resolve import Effective
 from supervisor.core.scan import Pattern
 from supervisor.core.task_state import Stage, TaskIdentity, TaskRecord, TaskState
 from supervisor.engine.base import AttachedStream
+from supervisor.runtime.aio import first_of
 from supervisor.runtime.task.capture import Capture, MonitorFeed
 from supervisor.runtime.task.launch import Launcher, pooled_command
 from supervisor.runtime.task.ports import TaskPorts, WarmStart
@@ -31,6 +32,9 @@ from supervisor.runtime.task.supervise import Supervision, lost_detail
 from supervisor.runtime.task.watchers import Watchers
 
 log = get_logger("supervisor.task")
+
+#: How long bookkeeping after a start may wait for the first output (see _record_running).
+SETTLE_S = 0.01
 
 
 class TaskRunner:
@@ -184,18 +188,20 @@ class TaskRunner:
         await self._run()
 
     async def _run(self) -> None:
-        await self.capture.out.open()
         warm, self._warm = self._warm, None
         try:
             if warm is not None:
-                self.state.container_id = warm.container_id
                 self.supervision.stream = warm.stream  # closed with the task
-                if self.state.lc.stop_reason is None:
-                    spec = self.ident.spec
-                    await self.launcher.warm(warm, pooled_command(spec.command, spec.env))
-                    # Only now may input flow: it must follow the command on the same pipe.
-                    self.attach_stdin(warm.stream)
+                try:
+                    if self.state.lc.stop_reason is None:
+                        spec = self.ident.spec
+                        await self.launcher.warm(warm, pooled_command(spec.command, spec.env))
+                        # Only now may input flow: it must follow the command on the pipe.
+                        self.attach_stdin(warm.stream)
+                finally:  # opened while the command's first milliseconds run
+                    await self.capture.out.open()
             else:
+                await self.capture.out.open()
                 stream = await self.launcher.create(self.request, self.eff.policy)
                 self.supervision.stream = stream
                 self.attach_stdin(stream)
@@ -226,18 +232,26 @@ class TaskRunner:
         loop = asyncio.get_running_loop()
         self.state.mark_started(time.time(), loop.time())
         self.capture.last_output_mono = loop.time()
-        await self.persist("running")
+        # Announced before any output event; recorded while the first output is captured
+        # (a crash before the record lands re-adopts a "created" task that ran: the same).
         self.ports.events.emit(task_events.started(self.ident))
-        await self.supervise()
+        await self.supervise(self._record_running())
 
-    async def supervise(self) -> None:
+    async def _record_running(self) -> None:
+        """The "running" record (and, after it, the exit watch) waits for the first output
+        or a moment: on a small machine they would compete with the command's first
+        milliseconds. The watch asks for "not running", so a late one misses nothing."""
+        await first_of(self.capture.seen.wait(), timeout=SETTLE_S)
+        await self.persist("running")
+
+    async def supervise(self, meanwhile: Coroutine[Any, Any, None] | None = None) -> None:
         """Arm the watchers, capture until the exit, finish."""
         self.watchers.arm()
         if self.state.lc.stop_reason is not None:  # a stop raced the start
             self.stopper.begin()
         cid = self.state.container_id
         assert cid is not None
-        state = await self.supervision.run(cid)
+        state = await self.supervision.run(cid, meanwhile=meanwhile)
         self.state.ended_mono = self._now()
         await self.finish_after_exit(state)
 

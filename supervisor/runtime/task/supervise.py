@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from structlog.stdlib import BoundLogger
 
@@ -49,11 +49,17 @@ class Supervision:
         #: Checked against the log's last message after the exit.
         self._maybe_short = False
 
-    async def run(self, cid: str) -> ContainerState | None:
+    async def run(
+        self, cid: str, *, meanwhile: Awaitable[None] | None = None
+    ) -> ContainerState | None:
         """Capture until the output ends, then collect the exit. None: the container is
-        gone. Output produced during an outage comes from the engine's log."""
+        gone. Output produced during an outage comes from the engine's log. ``meanwhile``
+        (e.g. recording the start) is awaited once the capture runs, so the first output
+        reaches the file without waiting for it."""
         capture = asyncio.create_task(self._capture_all(cid), name="capture")
         try:
+            if meanwhile is not None:
+                await meanwhile
             state = await self._wait_exit(cid)
         except BaseException:
             capture.cancel()
