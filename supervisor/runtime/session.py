@@ -334,7 +334,12 @@ class Session(WorkspaceReview):
         if not 1 <= limit <= MAX_READ:
             raise SpecError(f"limit: must be between 1 and {MAX_READ} (got {limit})")
         return await read_slice(
-            runner.output_path, offset, limit, ended=runner.ended, io=self._svc.io
+            runner.output_path,
+            offset,
+            limit,
+            ended=runner.ended,
+            io=self._svc.io,
+            writer=runner.capture.out,
         )
 
     async def tail(self, task_id: str, chars: int = 4000) -> str:

@@ -22,6 +22,10 @@ _IOV_MAX = 1024
 _COALESCE_BYTES = 256 * 1024
 _COALESCE_S = 0.002
 _BUSY_S = 0.01
+#: A file this writer started empty keeps its first bytes in memory too, while it is no
+#: longer than this: a fresh task's first reads (an agent waiting for its first output)
+#: then need no thread hop. The copy is exact: every write to the file passes here.
+HEAD_BYTES = 4096
 
 
 def cap_marker(cap: int) -> bytes:
@@ -74,6 +78,8 @@ class OutputFile:
         self._drained = asyncio.Event()
         self._drained.set()
         self.on_write: Callable[[], None] | None = None
+        #: The whole file, while it is short and this writer wrote all of it; else None.
+        self._head: bytearray | None = None
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -90,6 +96,7 @@ class OutputFile:
         fd, size = await self._run(do_open)
         self._fd = fd
         self.file_size = size
+        self._head = bytearray() if size == 0 else None
         self.task_bytes = self._accepted = task_bytes
 
     # -- queueing (the capture loop) ----------------------------------------------------
@@ -204,9 +211,33 @@ class OutputFile:
     async def _write_some(self, data: list[Buffer]) -> int:
         written, error = await self._run(self._write_all, data)
         self.file_size += written
+        self._keep_head(data, written)
         if error is not None and error.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise error
         return written
+
+    def _keep_head(self, data: list[Buffer], written: int) -> None:
+        head = self._head
+        if head is None or not written:
+            return
+        if len(head) + written > HEAD_BYTES:
+            self._head = None  # the file outgrew it: reads go to the file from now on
+            return
+        left = written
+        for buf in data:
+            took = memoryview(buf)[:left]
+            head += took
+            left -= len(took)
+            if not left:
+                break
+
+    def head_range(self, offset: int, limit: int) -> tuple[bytes, int] | None:
+        """``(bytes at offset, file size)`` as a read of the file would give them, from
+        memory; None when the file is not all in memory (read it)."""
+        head = self._head
+        if head is None:
+            return None
+        return bytes(head[offset : offset + limit]), len(head)
 
     async def close(self) -> None:
         """Write what is queued, the final truncation record (if any), and close."""
@@ -220,6 +251,7 @@ class OutputFile:
             await self._write_batch(self._queue)  # also writes a gap marker if space is back
             self._queue = []
         fd, self._fd = self._fd, None
+        self._head = None  # an ended task's reads go to its file
         await self._run(os.close, fd)
 
 
@@ -236,12 +268,22 @@ def _read_range(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
 
 
 async def read_slice(
-    path: Path, offset: int, limit: int, *, ended: bool, io: Executor | None = None
+    path: Path,
+    offset: int,
+    limit: int,
+    *,
+    ended: bool,
+    io: Executor | None = None,
+    writer: OutputFile | None = None,
 ) -> OutputSlice:
-    """Read ``limit`` bytes at ``offset``. A slice never ends inside a UTF-8 character
-    unless the file itself ends there, so decoded slices stitch together cleanly."""
-    loop = asyncio.get_running_loop()
-    data, size = await loop.run_in_executor(io, _read_range, path, offset, limit)
+    """Read ``limit`` bytes at ``offset`` (from ``writer``'s copy in memory when it has the
+    whole file). A slice never ends inside a UTF-8 character unless the file itself ends
+    there, so decoded slices stitch together cleanly."""
+    known = writer.head_range(offset, limit) if writer is not None else None
+    if known is None:
+        loop = asyncio.get_running_loop()
+        known = await loop.run_in_executor(io, _read_range, path, offset, limit)
+    data, size = known
     end = offset + len(data)
     if data and end < size:
         cut = utf8_safe_end(data)

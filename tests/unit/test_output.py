@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from supervisor.core.text import utf8_safe_end
 from supervisor.state.output import (
+    HEAD_BYTES,
     OutputFile,
     cap_marker,
     dropped_marker,
@@ -328,3 +329,45 @@ async def test_read_tail_default_executor(tmp_path: Path) -> None:
     path = tmp_path / "t.output"
     path.write_bytes(DATA)
     assert await read_tail(path, 3) == TEXT[-3:]
+
+
+async def test_reads_of_a_short_file_come_from_memory_exactly_as_from_the_file(
+    tmp_path: Path, io: ThreadPoolExecutor
+) -> None:
+    """A file this writer started keeps its first HEAD_BYTES in memory: every read of it
+    answers what the file itself answers (markers included), until it outgrows that."""
+    path = tmp_path / "o.out"
+    out = await open_file(path, 40, io)
+
+    async def same_as_the_file(offset: int, limit: int) -> None:
+        mem = await read_slice(path, offset, limit, ended=False, io=io, writer=out)
+        disk = await read_slice(path, offset, limit, ended=False, io=io)
+        assert mem == disk
+
+    assert out.head_range(0, 10) == (b"", 0)
+    await out.append(DATA[:7])
+    await out.flush()
+    assert out.head_range(0, 100) == (DATA[:7], 7)
+    await out.append(DATA[7:] + b"x" * 40)  # crosses the cap: a marker lands in the file
+    await out.flush()
+    for offset, limit in [(0, 1), (0, 100), (3, 5), (5, 1), (37, 10), (500, 4)]:
+        await same_as_the_file(offset, limit)
+    head = out.head_range(0, 1 << 20)
+    assert head is not None and head[0] == path.read_bytes()
+    # Past HEAD_BYTES the copy is dropped for good: reads go to the file.
+    big = OutputFile(tmp_path / "big.out", 1 << 20, io)
+    await big.open()
+    await big.append(b"y" * (HEAD_BYTES - 1))
+    await big.flush()
+    assert big.head_range(0, 1) == (b"y", HEAD_BYTES - 1)
+    await big.append(b"zz")
+    await big.flush()
+    assert big.head_range(0, 1) is None
+    await big.close()
+    # A file reopened with bytes in it (a re-adopted task) was not all written here.
+    again = OutputFile(path, 1 << 20, io)
+    await again.open()
+    assert again.head_range(0, 1) is None
+    await again.close()
+    await out.close()
+    assert out.head_range(0, 1) is None  # an ended task's reads go to its file

@@ -228,10 +228,11 @@ def _output_routes(api: FastAPI, sup: Supervisor) -> None:
         """Bytes at ``offset``. ``text`` decodes UTF-8 with replacement (``lossy`` says so);
         ``base64`` and ``raw`` keep bytes exact. ``wait_s`` waits for output past ``offset``."""
         session = session_of(sup, session_id, who)
-        sl = await session.read_output(task_id, offset, limit)
-        if not sl.data and not sl.eof and wait_s > 0:
+        if wait_s > 0:
+            # Returns at once when the file already holds bytes past offset or the task has
+            # ended: one read either way.
             await session.wait_output(task_id, offset, wait_s)
-            sl = await session.read_output(task_id, offset, limit)
+        sl = await session.read_output(task_id, offset, limit)
         if encoding == "raw":
             return Response(
                 sl.data,
