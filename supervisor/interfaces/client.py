@@ -39,7 +39,6 @@ FOLLOW_WAIT_S = 25.0
 #: Bytes per read of the output file.
 READ_CHUNK = 1 << 20
 
-
 #: A task as the daemon answers it: ``TaskInfo`` in JSON form.
 TaskJson = dict[str, Any]
 
@@ -215,9 +214,11 @@ class SbxClient:
 
     # -- tasks ----------------------------------------------------------------------------
 
-    async def start(self, session_id: str, spec: dict[str, Any]) -> TaskJson:
-        path = f"/sessions/{session_id}/tasks"
-        return dict(await self._json("POST", path, json=spec, ids=(session_id, None)))
+    async def start(self, sid: str, spec: dict[str, Any], *, wait_output_s: float = 0) -> TaskJson:
+        """``wait_output_s``: answer once the first output came; it is in ``output``."""
+        params = {"wait_output_s": min(wait_output_s, _SERVER_WAIT_CAP)}
+        path = f"/sessions/{sid}/tasks"
+        return dict(await self._json("POST", path, json=spec, params=params, ids=(sid, None)))
 
     async def tasks(
         self, session_id: str, *, kind: str | None = None, active: bool = False

@@ -161,8 +161,9 @@ def test_fuzz_api_conforms_to_its_openapi(daemon: Daemon, tmp_path: Path) -> Non
             # checks know the token is a real one.
             others = {k: v for k, v in (case.headers or {}).items() if k.lower() != "authorization"}
             case.headers = {**others, **auth}
-        if case.query and "wait_s" in case.query:
-            case.query = {**case.query, "wait_s": _clamp(case.query["wait_s"])}
+        for name in ("wait_s", "wait_output_s"):
+            if case.query and name in case.query:
+                case.query = {**case.query, name: _clamp(case.query[name])}
         if isinstance(case.body, dict):
             body = dict(case.body)
             if case.path.endswith(("/wait", "/wait-for")):

@@ -928,3 +928,36 @@ async def test_sbx_client_round_trip(daemon: Daemon) -> None:
         with pytest.raises(Unauthorized) as refused:
             await c.tasks("client")
         assert (refused.value.status, refused.value.code) == (401, "unauthorized")
+
+
+async def test_a_start_can_answer_with_its_first_output(daemon: Daemon) -> None:
+    """``wait_output_s``: one round trip starts the command and brings what it printed
+    first; without it the answer is the task alone. A silent task answers when the wait
+    runs out; one that already ended answers with ``eof``."""
+    from supervisor.interfaces.client import SbxClient  # noqa: PLC0415
+
+    async with SbxClient(socket_path=daemon.socket, token=daemon.token) as c:
+        await c.create_session("first")
+        spec = {"command": "echo one; sleep 60", "policy": "fast"}
+        task = await c.start("first", spec, wait_output_s=30)
+        assert task["output"] == {
+            "offset": 0,
+            "next_offset": 4,
+            "eof": False,
+            "text": "one\n",
+            "lossy": False,
+        }
+        assert (task["status"], task["output_bytes"]) == ("running", 4)
+        plain = await c.start("first", {"command": "true", "policy": "fast"})
+        assert "output" not in plain
+        t0 = time.monotonic()
+        silent = await c.start("first", {"command": "sleep 60", "policy": "fast"}, wait_output_s=1)
+        assert time.monotonic() - t0 >= 1.0
+        assert (silent["output"]["text"], silent["output"]["eof"]) == ("", False)
+        ended = await c.start("first", {"command": "exit 3", "policy": "fast"}, wait_output_s=30)
+        assert (ended["exit_code"], ended["output"]["eof"], ended["output"]["text"]) == (
+            3,
+            True,
+            "",
+        )
+        assert (await c.end_session("first"))["tasks_stopped"] == 2

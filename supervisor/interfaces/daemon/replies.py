@@ -211,6 +211,15 @@ class OutputText(_Reply):
     """``encoding=base64``: the exact bytes."""
 
 
+class StartedTask(TaskInfo):
+    """A started task; with ``wait_output_s``, also its first output."""
+
+    output: OutputText | None = None
+    """Asked for with ``wait_output_s``: the output from offset 0 as of the answer (text,
+    as ``GET .../output`` gives it). Empty when nothing came within the wait; ``eof`` when
+    the task has already ended."""
+
+
 class Tail(_Reply):
     """The last characters of output."""
 

@@ -27,6 +27,7 @@ from supervisor.interfaces.daemon.deps import (
 from supervisor.interfaces.daemon.limits import MAX_OFFSET, MAX_WAIT_S
 from supervisor.interfaces.daemon.replies import (
     OutputText,
+    StartedTask,
     Tail,
     WaitForResult,
     WaitResult,
@@ -37,6 +38,8 @@ from supervisor.runtime.session import MAX_READ, Session
 from supervisor.runtime.supervisor import Supervisor
 
 _TASK = "/sessions/{session_id}/tasks/{task_id}"
+#: The most a start's ``output`` holds (the rest: ``GET .../output`` from ``next_offset``).
+FIRST_OUTPUT_BYTES = 65536
 _TASKS: list[str | Enum] = ["tasks"]
 _OUTPUT: list[str | Enum] = ["output"]
 _RAW_OUTPUT: dict[int | str, dict[str, Any]] = {
@@ -112,15 +115,33 @@ def _lookup_routes(api: FastAPI, sup: Supervisor) -> None:
         "/sessions/{session_id}/tasks",
         tags=_TASKS,
         status_code=201,
-        response_model=TaskInfo,
+        response_model=StartedTask,
         responses=error_responses(400, 404, 409, 413, 424, 429, 502, 503, 507),
     )
-    async def start_task(session_id: SessionId, body: StartTask, who: Who) -> TaskInfo:
-        """Start a command in a fresh sandbox; returns at once with the id and output path."""
+    async def start_task(
+        session_id: SessionId,
+        body: StartTask,
+        who: Who,
+        wait_output_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S), NUMBER] = 0.0,
+    ) -> Response:
+        """Start a command in a fresh sandbox; returns at once with the id and output path.
+        ``wait_output_s`` > 0: answers once the first output is in the file (or the task
+        ended, or that many seconds passed), with up to 64 KiB of it in ``output``: start a
+        command and see what it printed first in one round trip."""
         session = session_of(sup, session_id, who)
         info = await session.start(body.to_spec())
         feed_of(sup).announce(info)
-        return info
+        if wait_output_s <= 0:  # the task alone (no ``output`` key)
+            return JSONResponse(info.model_dump(mode="json"), status_code=201)
+        await session.wait_output(info.task_id, 0, wait_output_s)
+        sl = await session.read_output(info.task_id, 0, FIRST_OUTPUT_BYTES)
+        output = OutputText(
+            offset=sl.offset, next_offset=sl.next_offset, eof=sl.eof, text=sl.text, lossy=sl.lossy
+        )
+        info = await session.get(info.task_id)
+        started = StartedTask(**info.model_dump(), output=output)
+        answer = started.model_dump(mode="json", exclude={"output": {"data_b64"}})
+        return JSONResponse(answer, status_code=201)
 
     @api.get(
         "/sessions/{session_id}/tasks",
