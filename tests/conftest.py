@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,6 +137,21 @@ async def sup(state_dir: Path, policies_dir: Path) -> AsyncIterator[object]:
 def owned_label() -> dict[str, str]:
     """The label for containers a test creates without the Supervisor."""
     return {"io.sbx.test": str(os.getpid())}
+
+
+def labelled_containers(label: str, value: str) -> list[dict[str, Any]]:
+    """Every container (running or not) whose ``label`` is ``value`` (use the names in
+    ``supervisor.core.labels``: a misspelt label matches nothing)."""
+    import docker  # noqa: PLC0415
+
+    client = docker.APIClient(version="auto", timeout=30)
+    try:
+        rows: list[dict[str, Any]] = client.containers(
+            all=True, filters={"label": f"{label}={value}"}
+        )
+        return rows
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -26,7 +26,9 @@ import docker.errors
 
 from supervisor import MemorySink, Supervisor, TaskInfo, TaskOutput, TaskSpec
 from supervisor.core.events import BaseEvent
+from supervisor.core.labels import LABEL_OWNER
 from supervisor.core.workspace import WorkspaceMode, WorkspaceSpec
+from tests.conftest import labelled_containers
 
 MIB = 1024 * 1024
 #: runtime -> the shipped policy that runs it.
@@ -284,14 +286,7 @@ def cgroup_file(container_id: str, controller: str, name: str) -> Path | None:
 
 def owned_by(instance_id: str) -> list[dict[str, Any]]:
     """Every container (running or not) labelled with this supervisor instance as owner."""
-    c = engine()
-    try:
-        rows: list[dict[str, Any]] = c.containers(
-            all=True, filters={"label": f"io.sbx.owner={instance_id}"}
-        )
-        return rows
-    finally:
-        c.close()
+    return labelled_containers(LABEL_OWNER, instance_id)
 
 
 class ArenaSink(MemorySink):

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import docker
 import httpx
 import pytest
 
 from supervisor.core.ids import SESSION_ID_RE, TASK_ID_RE
+from supervisor.core.labels import LABEL_SESSION
+from tests.conftest import labelled_containers
 from tests.e2e.conftest import Daemon
 
 pytestmark = pytest.mark.timeout(180)
@@ -157,14 +158,7 @@ def send(request: pytest.FixtureRequest, daemon: Daemon) -> Iterator[Send]:
 
 
 def session_containers(session_id: str) -> list[dict[str, Any]]:
-    client = docker.APIClient(version="auto", timeout=30)
-    try:
-        rows: list[dict[str, Any]] = client.containers(
-            all=True, filters={"label": f"io.sbx.session-id={session_id}"}
-        )
-        return rows
-    finally:
-        client.close()
+    return labelled_containers(LABEL_SESSION, session_id)
 
 
 def read_all(send: Send, token: str, base: str, encoding: str, limit: int) -> list[Reply]:

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import docker
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from supervisor.core.labels import LABEL_SESSION
+from tests.conftest import labelled_containers
 from tests.e2e.conftest import REPO, Daemon
 
 pytestmark = pytest.mark.timeout(180)
@@ -118,14 +119,7 @@ def sessions(daemon: Daemon) -> list[str]:
 
 
 def session_containers(session_id: str) -> list[dict[str, Any]]:
-    client = docker.APIClient(version="auto", timeout=30)
-    try:
-        rows: list[dict[str, Any]] = client.containers(
-            all=True, filters={"label": f"io.sbx.session={session_id}"}
-        )
-        return rows
-    finally:
-        client.close()
+    return labelled_containers(LABEL_SESSION, session_id)
 
 
 def session_of(output_path: str) -> str:
