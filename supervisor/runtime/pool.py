@@ -35,6 +35,7 @@ from supervisor.core.resolve import (
     workspace_mount,
 )
 from supervisor.engine.base import Backend
+from supervisor.runtime.aio import Background
 from supervisor.runtime.task.launch import pooled_command
 from supervisor.runtime.task.ports import WarmStart
 
@@ -134,7 +135,7 @@ class WarmPool:
         self._prefill = 0
         self._filling: asyncio.Task[None] | None = None
         self._idle: asyncio.Task[None] | None = None
-        self._dropping: set[asyncio.Task[None]] = set()
+        self._dropping = Background()
         self._closed = False
         self.log = log.bind(policy=policy.name, scope=scope or "shared")
 
@@ -171,7 +172,7 @@ class WarmPool:
             taken = self._ready.pop(0)[1]
             if not taken.stream.is_open():
                 self.log.info("pool_drop_dead", container=taken.container_id[:12])
-                self._drop(taken)
+                self._dropping.start(self.discard(taken), name="pool-drop")
                 taken = None
         if taken is None:
             self.refill()
@@ -261,12 +262,6 @@ class WarmPool:
                 self._ready = [r for r in self._ready if r not in retire]
                 await asyncio.gather(*(self.discard(w) for _, w in retire))
 
-    def _drop(self, pooled: WarmStart) -> None:
-        """Discard in the background (the caller cannot wait)."""
-        task = asyncio.get_running_loop().create_task(self.discard(pooled), name="pool-drop")
-        self._dropping.add(task)
-        task.add_done_callback(self._dropping.discard)
-
     async def discard(self, pooled: WarmStart) -> None:
         """Remove a warm container that will not become a task."""
         await pooled.stream.aclose()
@@ -292,7 +287,7 @@ class WarmPool:
             with contextlib.suppress(asyncio.CancelledError, SupervisorError):
                 await asyncio.shield(self._filling)
         ready, self._ready = self._ready, []
-        await asyncio.gather(*(self.discard(w) for _, w in ready), *self._dropping)
+        await asyncio.gather(*(self.discard(w) for _, w in ready), self._dropping.wait())
 
 
 class Pools:

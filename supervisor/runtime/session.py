@@ -28,6 +28,7 @@ from supervisor.core.resolve import Effective, container_request, resolve
 from supervisor.core.scan import compile_pattern
 from supervisor.core.task_state import TaskIdentity, TaskRecord, TaskState
 from supervisor.core.validation import spec_error
+from supervisor.runtime.aio import Background
 from supervisor.runtime.pool import SHARED, PoolPorts, WarmPool, eligible
 from supervisor.runtime.session_end import stop_all, store_end
 from supervisor.runtime.session_ports import (
@@ -75,7 +76,7 @@ class Session(WorkspaceReview):
         #: Task ids between taking a warm container and registering the runner: the
         #: reconciler must not reap that container meanwhile.
         self._binding: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = Background()
         #: Starts admitted under the running-task limit that have no runner yet.
         self._reserved = 0
         self._ended = False
@@ -170,10 +171,9 @@ class Session(WorkspaceReview):
         pool = self._pool(policy) if pooled else None
         # A warm container's live attach connection shows the engine answers; a cold start
         # asks it first (a fast, clear EngineUnavailable instead of a failed task).
-        warm = pool.take() if pool is not None and pool.size else None
+        warm = pool.take() if pool is not None else None
         if warm is None:
             await self._svc.ensure_engine()
-            warm = pool.take() if pool is not None else None
         task_id = warm.task_id if warm is not None else await self.unique_task_id()
         request = self.build_request(task_id, spec.command, eff, spec.kind)
         ident = self._identity(task_id, spec, eff)
@@ -200,9 +200,7 @@ class Session(WorkspaceReview):
         return runner.info()
 
     def _spawn(self, work: Any, task_id: str) -> None:
-        task = asyncio.create_task(work, name=f"task-{task_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.start(work, name=f"task-{task_id}")
 
     def _identity(self, task_id: str, spec: TaskSpec, eff: Effective) -> TaskIdentity:
         return task_identity(self.session_id, self.dir, task_id, spec, eff)
@@ -428,10 +426,8 @@ class Session(WorkspaceReview):
         """Supervisor shutdown without stopping tasks: let go of containers, keep records
         (its own idle pool containers are removed: they are not tasks)."""
         await self._svc.pools.close_scope(self.session_id)
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks))
+        self._tasks.cancel()
+        await self._tasks.wait()
         await self._log.aclose(sink_timeout=2.0)
 
 

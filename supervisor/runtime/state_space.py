@@ -27,16 +27,16 @@ class StateSpace:
         self.state_dir = state_dir
         self.min_free_bytes = min_free_bytes
         self.io = io
-        self._good_until = 0.0
+        #: When the last reading had plenty to spare (-inf: it did not, or none yet).
         self._plenty_at = float("-inf")
         self._refresh: asyncio.Task[None] | None = None
 
     async def check(self) -> None:
         """Raise StateStorageError when fewer than ``min_free_bytes`` are free."""
-        now = time.monotonic()
-        if now < self._good_until:
+        age = time.monotonic() - self._plenty_at
+        if age < FRESH_S:
             return
-        if now - self._plenty_at < STALE_S:
+        if age < STALE_S:
             # Plenty a moment ago: this start goes on; the next ones see the new reading.
             if self._refresh is None or self._refresh.done():
                 self._refresh = asyncio.create_task(self._read_quietly(), name="state-space")
@@ -60,11 +60,6 @@ class StateSpace:
         loop = asyncio.get_running_loop()
         stat = await loop.run_in_executor(self.io, os.statvfs, self.state_dir)
         free = stat.f_bavail * stat.f_frsize
-        now = time.monotonic()
-        if free >= self.min_free_bytes + PLENTY_BYTES:
-            self._good_until = now + FRESH_S
-            self._plenty_at = now
-        else:
-            self._good_until = 0.0
-            self._plenty_at = float("-inf")
+        plenty = free >= self.min_free_bytes + PLENTY_BYTES
+        self._plenty_at = time.monotonic() if plenty else float("-inf")
         return free

@@ -13,7 +13,7 @@ from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from supervisor.core.errors import TaskNotFound, WaitTimeout
-from supervisor.core.models import Kind, TaskInfo
+from supervisor.core.models import Kind, OutputSlice, TaskInfo
 from supervisor.interfaces.daemon.bodies import InputBody, StartTask, WaitBody, WaitForBody
 from supervisor.interfaces.daemon.deps import (
     BOOLEAN,
@@ -135,12 +135,9 @@ def _lookup_routes(api: FastAPI, sup: Supervisor) -> None:
             return JSONResponse(info.model_dump(mode="json"), status_code=201)
         await session.wait_output(info.task_id, 0, wait_output_s)
         sl = await session.read_output(info.task_id, 0, FIRST_OUTPUT_BYTES)
-        output = OutputText(
-            offset=sl.offset, next_offset=sl.next_offset, eof=sl.eof, text=sl.text, lossy=sl.lossy
-        )
-        info = await session.get(info.task_id)
-        started = StartedTask(**info.model_dump(), output=output)
-        answer = started.model_dump(mode="json", exclude={"output": {"data_b64"}})
+        # Shaped as StartedTask (the documented answer), without validating it again.
+        answer = (await session.get(info.task_id)).model_dump(mode="json")
+        answer["output"] = _output_body(sl, "text")
         return JSONResponse(answer, status_code=201)
 
     @api.get(
@@ -230,6 +227,17 @@ def _control_routes(api: FastAPI, sup: Supervisor) -> None:
         return {"timed_out": False, "task": info}
 
 
+def _output_body(sl: OutputSlice, encoding: Literal["text", "base64"]) -> dict[str, Any]:
+    """A slice as OutputText's JSON."""
+    body: dict[str, Any] = {"offset": sl.offset, "next_offset": sl.next_offset, "eof": sl.eof}
+    if encoding == "base64":
+        body["data_b64"] = base64.b64encode(sl.data).decode()
+    else:
+        body["text"] = sl.text
+        body["lossy"] = sl.lossy
+    return body
+
+
 def _output_routes(api: FastAPI, sup: Supervisor) -> None:
     @api.get(
         f"{_TASK}/output",
@@ -260,13 +268,7 @@ def _output_routes(api: FastAPI, sup: Supervisor) -> None:
                 media_type="application/octet-stream",
                 headers={"X-Next-Offset": str(sl.next_offset), "X-EOF": str(sl.eof).lower()},
             )
-        body: dict[str, Any] = {"offset": sl.offset, "next_offset": sl.next_offset, "eof": sl.eof}
-        if encoding == "base64":
-            body["data_b64"] = base64.b64encode(sl.data).decode()
-        else:
-            body["text"] = sl.text
-            body["lossy"] = sl.lossy
-        return JSONResponse(body)
+        return JSONResponse(_output_body(sl, encoding))
 
     @api.get(
         f"{_TASK}/output/file",

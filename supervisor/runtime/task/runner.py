@@ -19,7 +19,7 @@ from supervisor.core.resolve import Effective
 from supervisor.core.scan import Pattern
 from supervisor.core.task_state import Stage, TaskIdentity, TaskRecord, TaskState
 from supervisor.engine.base import AttachedStream
-from supervisor.runtime.aio import first_of
+from supervisor.runtime.aio import Background, first_of
 from supervisor.runtime.task.capture import Capture, MonitorFeed
 from supervisor.runtime.task.launch import Launcher, pooled_command
 from supervisor.runtime.task.ports import TaskPorts, WarmStart
@@ -109,7 +109,7 @@ class TaskRunner:
             request_stop=self.request_stop,
             stalls=ports.stalls,
         )
-        self._aux: set[asyncio.Task[None]] = set()
+        self._aux = Background()
 
     # -- snapshots ---------------------------------------------------------------------
 
@@ -146,9 +146,7 @@ class TaskRunner:
             self.log.warning("persist_failed", stage=stage, error=str(exc))
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._aux.add(task)
-        task.add_done_callback(self._aux.discard)
+        self._aux.start(work)
 
     @property
     def container_id(self) -> str | None:
@@ -343,8 +341,7 @@ class TaskRunner:
         """Drop our side (stream, timers, file) without touching the container."""
         self.watchers.disarm()
         self.stopper.cancel()
-        for task in list(self._aux):
-            task.cancel()
+        self._aux.cancel()
         self.stdin.close(f"task {self.task_id}: the supervisor is shutting down")
         for step, what in (
             (self.supervision.close, "close_stream"),
