@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import docker
 import httpx
 import pytest
 
+from supervisor.core.labels import LABEL_PREFIX
 from supervisor.runtime.ownership import LOCK_NAME
-from tests.conftest import require_engine
+from tests.conftest import labelled_containers, require_engine
 from tests.e2e.conftest import start_daemon
 from tests.e2e.test_crash import COMMAND, EXPECTED, wait_final
 
@@ -35,12 +35,7 @@ MAX_TASKS = 6
 
 def containers_of(state: Path) -> dict[str, dict[str, str]]:
     """Every container a daemon on this state dir made (any run), id -> labels."""
-    lock = str(state.resolve() / LOCK_NAME)
-    client = docker.APIClient(version="auto")
-    try:
-        rows = client.containers(all=True, filters={"label": f"io.sbx.owner.lock={lock}"})
-    finally:
-        client.close()
+    rows = labelled_containers(LABEL_PREFIX + "owner.lock", str(state.resolve() / LOCK_NAME))
     return {r["Id"]: r["Labels"] for r in rows}
 
 
