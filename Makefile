@@ -36,10 +36,10 @@ swarm-lab-down: ## stop the Swarm lab and remove its netns and files (the host e
 	scripts/swarm-lab.sh down
 
 images: venv engine ## build the sandbox images offline (only when their sources changed)
-	$(BIN)/sbx images build
+	$(BIN)/sandvisor images build
 
 run: venv engine images ## the main job: the daemon in the foreground on the embedded defaults, with the dashboard
-	$(BIN)/sbx serve --banner --ui
+	$(BIN)/sandvisor serve --banner --ui
 
 lint: venv ## ruff format --check + ruff check
 	$(BIN)/ruff format --check .

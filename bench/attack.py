@@ -2,7 +2,7 @@
 (a catastrophic regex, wait-for over a 300 MB line, 1000 half-open connections), next to
 the same client on the same daemon idle, in the same run.
 
-The daemon runs as ``sbx serve`` (a subprocess on a private state dir): the attacks are on
+The daemon runs as ``sandvisor serve`` (a subprocess on a private state dir): the attacks are on
 its HTTP server and its event loop, which the in-process benchmarks never touch. Phases:
 idle, each attack alone, all three at once, idle again; the victim samples throughout and
 each sample counts for the phase it started in. Setup between phases is not measured.
@@ -28,12 +28,12 @@ from bench.common import Ctx, Progress, Result, percentile, row
 from bench.daemon import Daemon
 
 NAME = "attack"
-TITLE = "one client's /healthz and task start while another attacks the daemon (sbx serve)"
+TITLE = "one client's /healthz and task start while another attacks the daemon (sandvisor serve)"
 POLICY = "bench"
 #: The pattern from issue 14: nested quantifiers, exponential for a backtracking engine on a
 #: run of ``a`` that ends without a match.
 EVIL_PATTERN = "(a+)+$"
-PARTIAL_HEAD = b"GET /healthz HTTP/1.1\r\nHost: sbx\r\n"
+PARTIAL_HEAD = b"GET /healthz HTTP/1.1\r\nHost: sandvisor\r\n"
 
 
 @dataclass
@@ -293,7 +293,9 @@ def _remove_leftovers() -> None:
     client = docker.APIClient(version="auto", timeout=60)
     try:
         for sid in ("victim", "attacker"):
-            for c in client.containers(all=True, filters={"label": f"io.sbx.session-id={sid}"}):
+            for c in client.containers(
+                all=True, filters={"label": f"io.sandvisor.session-id={sid}"}
+            ):
                 with contextlib.suppress(docker.errors.APIError):
                     client.remove_container(c["Id"], force=True)
     finally:

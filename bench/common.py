@@ -50,7 +50,7 @@ SESSION_LABEL = LABEL_PREFIX + "session"
 BENCH_POLICIES = {
     "bench": """
 description = "bench: busybox image, 1 s grace, 4 GiB output cap, no rate limits"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 [limits]
 output_cap_bytes = 4294967296
@@ -64,7 +64,7 @@ max_running_tasks = 2000
 """,
     "bench-warm": """
 description = "bench: like bench, with a warm pool of 4"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 warm_pool = 4
 [limits]
@@ -79,7 +79,7 @@ max_running_tasks = 2000
 """,
     "bench-debian": """
 description = "bench: Debian image (python3), 1 s grace, no rate limits"
-image = "sbx/debian:latest"
+image = "sandvisor/debian:latest"
 working_dir = "/tmp"
 [timeouts]
 grace_s = 1.0
@@ -408,7 +408,7 @@ def engine_client(**kwargs: Any) -> Any:
 
 class RawDocker:
     """Containers made with docker-py directly, hardened exactly like the supervisor's (the
-    same ``request_to_config`` on a request built the same way), labeled ``io.sbx.test``."""
+    same ``request_to_config`` on a request built the same way), labeled ``io.sandvisor.test``."""
 
     def __init__(self, policies_dir: Path, max_pool_size: int = 32) -> None:
         self.policies = PolicySet(policies_dir)
@@ -427,7 +427,7 @@ class RawDocker:
         pol = self.policies.get(policy)
         eff = resolve(TaskSpec(command=command, policy=policy, stdin=stdin), pol)
         self._n += 1
-        name = f"sbx-bench-{PID}-{self._n}-{os.urandom(3).hex()}"
+        name = f"sandvisor-bench-{PID}-{self._n}-{os.urandom(3).hex()}"
         req = container_request(
             name=name,
             command=command,

@@ -1,4 +1,4 @@
-"""``sbx serve`` as a subprocess on a private state dir, for the benchmarks that measure the
+"""``sandvisor serve`` as a subprocess on a private state dir, for the benchmarks that measure the
 daemon itself (its HTTP server, its event loop) rather than the library in-process."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from bench.common import Ctx
 
 
 class Daemon:
-    """``sbx serve`` on a private state dir, stopped (and its tasks with it) at the end."""
+    """``sandvisor serve`` on a private state dir, stopped (and its tasks with it) at the end."""
 
     def __init__(self, ctx: Ctx, name: str, *extra: str) -> None:
         self.state = ctx.scratch(name) / "state"
@@ -35,7 +35,7 @@ class Daemon:
         args += ["--state-dir", str(self.state), "--policies-dir", str(ctx.policies_dir)]
         args += ["--stop-tasks-on-exit", *extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        for name in ("SBX_URL", "SBX_TOKEN"):
+        for name in ("SANDVISOR_URL", "SANDVISOR_TOKEN"):
             env.pop(name, None)
         with open(self.log, "ab") as fh:
             self.proc = subprocess.Popen(args, stdout=fh, stderr=fh, env=env)
@@ -44,7 +44,9 @@ class Daemon:
         while not info_file.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"sbx serve did not start:\n{self.log.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"sandvisor serve did not start:\n{self.log.read_text()[-2000:]}"
+                )
             time.sleep(0.05)
         self.socket = Path(json.loads(info_file.read_text())["socket"])
         self.token = (self.state / "daemon" / "admin.token").read_text().strip()
@@ -52,7 +54,7 @@ class Daemon:
     def client(self, token: str | None = None, timeout: float = 120) -> httpx.Client:
         return httpx.Client(
             transport=httpx.HTTPTransport(uds=str(self.socket)),
-            base_url="http://sbx",
+            base_url="http://sandvisor",
             headers={"Authorization": f"Bearer {token or self.token}"},
             timeout=timeout,
         )

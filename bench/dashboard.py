@@ -67,7 +67,7 @@ def _measure(ctx: Ctx, res: Result) -> dict[str, Any]:
 
     n = 20 if ctx.quick else 200
     window = 5.0 if ctx.quick else 30.0
-    chromium = os.environ.get("SBX_CHROMIUM") or shutil.which("chromium")
+    chromium = os.environ.get("SANDVISOR_CHROMIUM") or shutil.which("chromium")
     if chromium is None:
         raise RuntimeError("no chromium: run `make browser`")
     d = Daemon(ctx, NAME, "--listen", "127.0.0.1:0", "--ui")

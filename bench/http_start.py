@@ -2,8 +2,8 @@
 with no configuration -> its first output byte, interleaved with raw docker-py create +
 attach + start -> first byte of the same hardened container, cold.
 
-The daemon (``sbx serve``) fills the default policy's shared warm pool at start. The client
-is the project's own (``SbxClient``, what the CLI and the MCP server use), on the unix
+The daemon (``sandvisor serve``) fills the default policy's shared warm pool at start. The client
+is the project's own (``SandvisorClient``, what the CLI and the MCP server use), on the unix
 socket. Two ways to get the first byte, both measured:
 
 - one round trip: ``POST /sessions/{id}/tasks?wait_output_s=30`` answers once the first
@@ -22,17 +22,17 @@ import time
 from bench.common import Ctx, Progress, Result, offload, row, say
 from bench.daemon import Daemon
 from supervisor.core.errors import SupervisorError
-from supervisor.interfaces.client import SbxClient
+from supervisor.interfaces.client import SandvisorClient
 
 NAME = "http-start"
-TITLE = "POST /sessions/{id}/tasks -> first output byte, shipped default policy (sbx serve)"
+TITLE = "POST /sessions/{id}/tasks -> first output byte, shipped default policy (sandvisor serve)"
 COMMAND = "echo x"
 POLICY = "default"
 #: One start a second, the pace of an agent that launches commands as it works.
 PACE_S = 1.0
 
 
-async def _one_trip(c: SbxClient, sid: str) -> tuple[float, str]:
+async def _one_trip(c: SandvisorClient, sid: str) -> tuple[float, str]:
     """Start with ``wait_output_s``: the answer carries the first output."""
     t0 = time.perf_counter()
     task = await c.start(sid, {"command": COMMAND}, wait_output_s=30)
@@ -42,7 +42,7 @@ async def _one_trip(c: SbxClient, sid: str) -> tuple[float, str]:
     return t1 - t0, str(task["task_id"])
 
 
-async def _two_trips(c: SbxClient, sid: str) -> tuple[float, str]:
+async def _two_trips(c: SandvisorClient, sid: str) -> tuple[float, str]:
     """Start, then read the output with ``wait_s``."""
     t0 = time.perf_counter()
     tid = str((await c.start(sid, {"command": COMMAND}))["task_id"])
@@ -53,7 +53,7 @@ async def _two_trips(c: SbxClient, sid: str) -> tuple[float, str]:
     return t1 - t0, tid
 
 
-async def _burst(c: SbxClient, sid: str, n: int) -> tuple[list[float], int]:
+async def _burst(c: SandvisorClient, sid: str, n: int) -> tuple[list[float], int]:
     """``n`` starts at once (each its own connection); their start -> first byte."""
 
     async def one() -> float | None:
@@ -82,7 +82,7 @@ async def run(ctx: Ctx) -> Result:
         "policy": f"{POLICY} (shipped, unchanged)",
         "pace_s": PACE_S,
         "burst": burst_n,
-        "client": "SbxClient (supervisor.interfaces.client), unix socket",
+        "client": "SandvisorClient (supervisor.interfaces.client), unix socket",
     }
     one: list[float] = []
     two: list[float] = []
@@ -90,7 +90,7 @@ async def run(ctx: Ctx) -> Result:
     errors = {"one": 0, "two": 0, "raw": 0, "burst": 0}
     daemon = await offload(Daemon, ctx, NAME)
     try:
-        c = SbxClient(socket_path=daemon.socket, token=daemon.token)
+        c = SandvisorClient(socket_path=daemon.socket, token=daemon.token)
         await c.create_session("bench")
         prog = Progress("http-start: one trip / two trips / raw", n)
         for i in range(warmup + n):

@@ -23,7 +23,7 @@ from supervisor import CallbackSink, Supervisor, TaskOutput, TaskSpec
 from supervisor.core.events import BaseEvent
 
 NAME = "latency"
-TITLE = "monitor line -> event at a CallbackSink (wall clock, sbx/debian python3)"
+TITLE = "monitor line -> event at a CallbackSink (wall clock, sandvisor/debian python3)"
 #: Lines 250 ms apart: wider than the default 200 ms batch window, so each line is the first
 #: after a quiet window and goes out at once (what is measured is the pipeline, not batching).
 PERIOD_S = 0.25

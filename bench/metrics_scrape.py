@@ -15,7 +15,7 @@ from bench.daemon import Daemon
 from supervisor.core.models import FINAL_STATUSES
 
 NAME = "metrics-scrape"
-TITLE = "daemon CPU, 200 quiet tasks, /metrics scraped every 15 s (sbx serve)"
+TITLE = "daemon CPU, 200 quiet tasks, /metrics scraped every 15 s (sandvisor serve)"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 QUIET = "sleep 3600"
 SID = "bench-metrics"
@@ -155,9 +155,9 @@ async def run(ctx: Ctx) -> Result:
         "scrape_ms": [s * 1000 for s in scrape_s],
     }
     res.notes.append(
-        "CPU = utime+stime of the `sbx serve` process (every thread) from /proc/<pid>/stat "
+        "CPU = utime+stime of the `sandvisor serve` process (every thread) from /proc/<pid>/stat "
         f"over {window:.0f} s windows, alternating unscraped and scraped; a scrape is "
         "`GET /metrics` with the admin token, as Prometheus makes it (it pings the engine "
-        "first, for sbx_engine_up)."
+        "first, for sandvisor_engine_up)."
     )
     return res

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level, json=False)
     logging.getLogger("asyncio").setLevel(logging.ERROR)
     command = shlex.join([sys.executable, "-m", "bench.run", *argv])
-    tmp = Path(tempfile.mkdtemp(prefix="sbx-bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix="sandvisor-bench-"))
     policies = make_policies_dir(tmp / "policies")
     raw = RawDocker(policies)
     ctx = Ctx(quick=args.quick, tmp=tmp, policies_dir=policies, raw=raw)

@@ -1,5 +1,5 @@
 """stall: detection latency over the stall corpus of tests/integration/test_stall_corpus.py
-(default policy, sbx/debian): ``task.stalled`` time minus when the command began waiting,
+(default policy, sandvisor/debian): ``task.stalled`` time minus when the command began waiting,
 minus ``stall_after_s``; and no false alarm on the commands that do not wait."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from supervisor import TaskSpec
 from supervisor.runtime.session import Session
 
 NAME = "start"
-TITLE = "session.start() -> first output byte (echo x, sbx/minimal)"
+TITLE = "session.start() -> first output byte (echo x, sandvisor/minimal)"
 COMMAND = "echo x"
 
 

@@ -24,7 +24,7 @@ LAB = Path(__file__).resolve().parent.parent / "scripts" / "swarm-lab.sh"
 GVISOR_EVERY = 10
 POLICY = """
 description = "bench: busybox image on the {what}"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 {extra}
 [timeouts]
@@ -79,7 +79,7 @@ async def _burst(
     assert isinstance(backend, SwarmBackend)
     nodes: Counter[str] = Counter()
     for task_id in ids:
-        node = backend.nodes.get(backend.placed.get(f"sbx-{task_id}", ""))
+        node = backend.nodes.get(backend.placed.get(f"sandvisor-{task_id}", ""))
         nodes[node.hostname if node is not None else "?"] += 1
     return [r[1] for r in results if isinstance(r, tuple)], errors, nodes
 

@@ -137,7 +137,7 @@ async def run(ctx: Ctx) -> Result:
     res.notes.append(
         f"end() = stop every task (SIGTERM, {GRACE_S:.0f} s grace, SIGKILL), collect exits, emit "
         "terminal events and session.ended, remove containers. Containers left are counted by "
-        "their io.sbx.session label right after end() returns. The raw baseline only kills "
+        "their io.sandvisor.session label right after end() returns. The raw baseline only kills "
         "(SIGKILL at once) and removes: it has no grace period and no bookkeeping."
     )
     return res

@@ -25,7 +25,7 @@ from supervisor import TaskSpec
 from supervisor.runtime.session import Session
 
 NAME = "throughput"
-TITLE = "1 GiB on stdout -> MB/s (NUL bytes and 100-byte text lines, sbx/minimal)"
+TITLE = "1 GiB on stdout -> MB/s (NUL bytes and 100-byte text lines, sandvisor/minimal)"
 MB = 1_000_000
 
 # A 100-byte line (99 printable characters and a newline), the shape of a build or test log.

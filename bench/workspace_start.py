@@ -16,7 +16,7 @@ from supervisor.core.workspace import WorkspaceSpec
 from supervisor.runtime.session import Session
 
 NAME = "workspace-start"
-TITLE = "start -> first byte with an overlay workspace vs none (echo x, sbx/minimal)"
+TITLE = "start -> first byte with an overlay workspace vs none (echo x, sandvisor/minimal)"
 #: The workspace's cost on a task start may be at most this much (p50, paired samples).
 TARGET_MS = 15.0
 #: uid:gid of the project (an ordinary user's, as on a developer's machine).

@@ -6,14 +6,14 @@
 #
 # The tests drive it through Playwright's Python package with executable_path, so nothing
 # is downloaded besides Debian's package (Playwright's own browser builds are never
-# fetched). SBX_CHROMIUM points at another binary.
+# fetched). SANDVISOR_CHROMIUM points at another binary.
 set -euo pipefail
 
 say() { printf 'browser: %s\n' "$*" >&2; }
 
 find_chromium() {
   local c
-  for c in "${SBX_CHROMIUM:-}" chromium chromium-browser google-chrome; do
+  for c in "${SANDVISOR_CHROMIUM:-}" chromium chromium-browser google-chrome; do
     [[ -n "$c" ]] || continue
     if command -v "$c" >/dev/null 2>&1; then command -v "$c"; return 0; fi
   done
@@ -30,7 +30,7 @@ manual_steps() {
 browser: no Chromium found, and this script can only install one as root on Debian.
 Do one of the following, then run `make browser` (or `scripts/browser.sh up`) again:
   * as root on Debian 12:  apt-get update && apt-get install -y chromium
-  * or point SBX_CHROMIUM at a Chromium or Chrome binary you already have
+  * or point SANDVISOR_CHROMIUM at a Chromium or Chrome binary you already have
 TXT
 }
 

@@ -9,14 +9,14 @@
 # virtualenv exists, and it needs nothing beyond coreutils, curl/python3 and apt.
 set -euo pipefail
 
-SBX_RUN_DIR=${SBX_ENGINE_RUN_DIR:-/var/run/sbx-engine}
-PIDFILE="$SBX_RUN_DIR/dockerd.pid"
-LOGFILE=${SBX_ENGINE_LOG:-/var/log/sbx-dockerd.log}
-CONFIG=${SBX_DAEMON_CONFIG:-/etc/docker/daemon.json}
+SANDVISOR_RUN_DIR=${SANDVISOR_ENGINE_RUN_DIR:-/var/run/sandvisor-engine}
+PIDFILE="$SANDVISOR_RUN_DIR/dockerd.pid"
+LOGFILE=${SANDVISOR_ENGINE_LOG:-/var/log/sandvisor-dockerd.log}
+CONFIG=${SANDVISOR_DAEMON_CONFIG:-/etc/docker/daemon.json}
 # A sidecar records the checksum of the daemon config we wrote, so we only ever
 # rewrite a file that is provably ours.
-CONFIG_MARK="$CONFIG.sbx-managed"
-WAIT_S=${SBX_ENGINE_WAIT_S:-90}
+CONFIG_MARK="$CONFIG.sandvisor-managed"
+WAIT_S=${SANDVISOR_ENGINE_WAIT_S:-90}
 
 say() { printf 'engine: %s\n' "$*" >&2; }
 
@@ -159,7 +159,7 @@ cmd_up() {
   if pid=$(our_pid); then
     say "dockerd (pid $pid, started earlier by this script) is not answering yet; waiting"
   else
-    mkdir -p "$SBX_RUN_DIR" "$(dirname "$LOGFILE")"
+    mkdir -p "$SANDVISOR_RUN_DIR" "$(dirname "$LOGFILE")"
     say "starting dockerd (log: $LOGFILE)"
     # setsid: the engine must outlive the shell (and make) that started it.
     setsid dockerd --config-file "$CONFIG" --pidfile "$PIDFILE" \

@@ -12,7 +12,7 @@
 # data root and exec root, in a network namespace of its own (own IP, iptables, bridge, swarm
 # ports), joined to the others by veths on a bridge in a hub namespace. w2 runs every task
 # under gVisor (runsc is its default runtime) and carries the label sandbox=gvisor. Every
-# node advertises its own engine in the node label io.sbx.engine. The recipe and its
+# node advertises its own engine in the node label io.sandvisor.engine. The recipe and its
 # pitfalls: ../shared/research/scaleout.md section 2.
 #
 # `up` is idempotent and converges: links up, availability active, images current, one
@@ -21,11 +21,11 @@
 # containerd shims and runsc processes that name the lab's folders or live in its netns, and
 # container processes whose cgroup is one of the lab's containers (after a hard crash).
 #
-# Settings (environment): SBX_LAB_STATE_DIR (/var/lib/sbx-swarm-lab: data roots, logs),
-# SBX_LAB_RUN_DIR (/run/sbx-swarm-lab: sockets nN.sock, pid files, configs, exec roots),
-# SBX_LAB_NS_PREFIX (sbxsw), SBX_LAB_NET (10.77.0), SBX_LAB_IMAGES, SBX_LAB_OPTIONAL_IMAGES
-# (sbx/dev:latest when the host has it; empty to skip its minute of loading),
-# SBX_LAB_HEARTBEAT (5s), SBX_LAB_IPTABLES (true), SBX_LAB_SOURCE_HOST, SBX_LAB_WAIT_S.
+# Settings (environment): SANDVISOR_LAB_STATE_DIR (/var/lib/sandvisor-swarm-lab: data roots, logs),
+# SANDVISOR_LAB_RUN_DIR (/run/sandvisor-swarm-lab: sockets nN.sock, pid files, configs, exec roots),
+# SANDVISOR_LAB_NS_PREFIX (svsw), SANDVISOR_LAB_NET (10.77.0), SANDVISOR_LAB_IMAGES, SANDVISOR_LAB_OPTIONAL_IMAGES
+# (sandvisor/dev:latest when the host has it; empty to skip its minute of loading),
+# SANDVISOR_LAB_HEARTBEAT (5s), SANDVISOR_LAB_IPTABLES (true), SANDVISOR_LAB_SOURCE_HOST, SANDVISOR_LAB_WAIT_S.
 #
 # shellcheck disable=SC2016  # '$0', '$@' and Go templates are meant for sh -c and docker
 # shellcheck disable=SC2013  # word-splitting path lists is fine: the lab's paths have no spaces
@@ -33,16 +33,16 @@
 set -euo pipefail
 unset DOCKER_HOST DOCKER_CONTEXT # every docker call below names its engine explicitly
 
-STATE_DIR=${SBX_LAB_STATE_DIR:-/var/lib/sbx-swarm-lab} # data roots, logs
-RUN_DIR=${SBX_LAB_RUN_DIR:-/run/sbx-swarm-lab}         # sockets, pid files, configs, exec roots
-NS=${SBX_LAB_NS_PREFIX:-sbxsw}                         # netns: sbxsw1..3 and sbxswhub
-NET=${SBX_LAB_NET:-10.77.0}                            # the /24 between the nodes (.11 .12 .13)
-SOURCE_HOST=${SBX_LAB_SOURCE_HOST:-unix:///var/run/docker.sock} # where images come from
-IMAGES=${SBX_LAB_IMAGES:-sbx/minimal:latest sbx/debian:latest}  # required on every node
-OPTIONAL_IMAGES=${SBX_LAB_OPTIONAL_IMAGES-sbx/dev:latest}       # copied when the host has them
-IPTABLES=${SBX_LAB_IPTABLES:-true} # each node has its own netns, hence its own iptables
-HEARTBEAT=${SBX_LAB_HEARTBEAT:-5s} # Swarm dispatcher heartbeat: how soon a lost node is Down
-WAIT_S=${SBX_LAB_WAIT_S:-120}
+STATE_DIR=${SANDVISOR_LAB_STATE_DIR:-/var/lib/sandvisor-swarm-lab} # data roots, logs
+RUN_DIR=${SANDVISOR_LAB_RUN_DIR:-/run/sandvisor-swarm-lab}         # sockets, pid files, configs, exec roots
+NS=${SANDVISOR_LAB_NS_PREFIX:-svsw}                         # netns: svsw1..3 and svswhub
+NET=${SANDVISOR_LAB_NET:-10.77.0}                            # the /24 between the nodes (.11 .12 .13)
+SOURCE_HOST=${SANDVISOR_LAB_SOURCE_HOST:-unix:///var/run/docker.sock} # where images come from
+IMAGES=${SANDVISOR_LAB_IMAGES:-sandvisor/minimal:latest sandvisor/debian:latest}  # required on every node
+OPTIONAL_IMAGES=${SANDVISOR_LAB_OPTIONAL_IMAGES-sandvisor/dev:latest}       # copied when the host has them
+IPTABLES=${SANDVISOR_LAB_IPTABLES:-true} # each node has its own netns, hence its own iptables
+HEARTBEAT=${SANDVISOR_LAB_HEARTBEAT:-5s} # Swarm dispatcher heartbeat: how soon a lost node is Down
+WAIT_S=${SANDVISOR_LAB_WAIT_S:-120}
 
 HUB="${NS}hub"
 BRIDGE="${NS}br"
@@ -64,7 +64,7 @@ node_index() {
   esac
 }
 name_of() { echo "${NAMES[$1 - 1]}"; }
-hostname_of() { echo "sbx-lab-$(name_of "$1")"; }
+hostname_of() { echo "sandvisor-lab-$(name_of "$1")"; }
 ip_of() { echo "$NET.1$1"; }
 ns_of() { echo "$NS$1"; }
 veth_of() { echo "$NS${1}h"; } # the hub's end; the node's end is eth0 in its own netns
@@ -176,7 +176,7 @@ own_ns() { # create a netns recorded as the lab's, or adopt one the lab recorded
   local ns=$1
   if ns_exists "$ns"; then
     grep -qx "$ns" "$RUN_DIR/netns" 2>/dev/null ||
-      die "network namespace $ns exists but this lab did not create it; set SBX_LAB_NS_PREFIX"
+      die "network namespace $ns exists but this lab did not create it; set SANDVISOR_LAB_NS_PREFIX"
     return 0
   fi
   echo "$ns" >>"$RUN_DIR/netns" # recorded first: an interrupted `up` still leaves it to `down`
@@ -280,7 +280,7 @@ start_dockerd() {
     dockerd --config-file "$d/daemon.json" \
     --data-root "$(sdir "$i")/docker" --exec-root "$d/exec" --pidfile "$d/dockerd.pid" \
     -H "$(host_of "$i")" --containerd "$d/containerd.sock" \
-    --containerd-namespace "sbxlab-n$i" --containerd-plugins-namespace "sbxlab-n$i-plugins" \
+    --containerd-namespace "sandvisor-lab-n$i" --containerd-plugins-namespace "sandvisor-lab-n$i-plugins" \
     >>"$(sdir "$i")/dockerd.log" 2>&1 </dev/null 9>&- &
 }
 
@@ -431,8 +431,8 @@ label_of() { dk 1 node inspect -f "{{index .Spec.Labels \"$2\"}}" "$1" 2>/dev/nu
 
 ensure_node_spec() { # labels and availability, touched only when they differ
   local i=$1 id=$2 args=()
-  [[ "$(label_of "$id" io.sbx.engine)" == "$(host_of "$i")" ]] || args+=(--label-add "io.sbx.engine=$(host_of "$i")")
-  [[ "$(label_of "$id" io.sbx.lab.node)" == "$(name_of "$i")" ]] || args+=(--label-add "io.sbx.lab.node=$(name_of "$i")")
+  [[ "$(label_of "$id" io.sandvisor.engine)" == "$(host_of "$i")" ]] || args+=(--label-add "io.sandvisor.engine=$(host_of "$i")")
+  [[ "$(label_of "$id" io.sandvisor.lab.node)" == "$(name_of "$i")" ]] || args+=(--label-add "io.sandvisor.lab.node=$(name_of "$i")")
   if ((i == GVISOR_NODE)); then
     [[ "$(label_of "$id" sandbox)" == gvisor ]] || args+=(--label-add sandbox=gvisor)
   fi
@@ -524,7 +524,7 @@ cmd_down() {
       if ns_exists "$ns"; then ip netns del "$ns" || say "could not delete netns $ns"; fi
     done
   fi
-  # Only what the lab made, then the folders if that left them empty: SBX_LAB_*_DIR may
+  # Only what the lab made, then the folders if that left them empty: SANDVISOR_LAB_*_DIR may
   # name a folder that holds other things.
   for i in 1 2 3; do rm -rf "$(ndir "$i")" "$(sock_of "$i")" "$(sdir "$i")"; done
   rm -rf "$RUN_DIR/netns" "$RUN_DIR"/load.*
@@ -550,7 +550,7 @@ cmd_status() {
          {sub(/,$/, "", $7); printf "%-26s %-16s %-8s %-12s %-8s %-11s %s\n", $1, $2, $3, $4, $5, $6, $7}'
   local ready
   # shellcheck disable=SC2086
-  ready=$(dk 1 node inspect $ids -f '{{.Status.State}} {{index .Spec.Labels "io.sbx.lab.node"}}' | awk '$1 == "ready" && $2 != ""' | wc -l)
+  ready=$(dk 1 node inspect $ids -f '{{.Status.State}} {{index .Spec.Labels "io.sandvisor.lab.node"}}' | awk '$1 == "ready" && $2 != ""' | wc -l)
   if ((ready != 3)); then say "$ready of 3 lab nodes are Ready"; rc=1; fi
   return "$rc"
 }
@@ -560,11 +560,11 @@ cmd_env() {
   local i
   for i in 1 2 3; do
     local n; n=$(name_of "$i" | tr '[:lower:]' '[:upper:]')
-    echo "SBX_LAB_${n}_HOST=$(host_of "$i")"
-    echo "SBX_LAB_${n}_NETNS=$(ns_of "$i")"
-    echo "SBX_LAB_${n}_IP=$(ip_of "$i")"
+    echo "SANDVISOR_LAB_${n}_HOST=$(host_of "$i")"
+    echo "SANDVISOR_LAB_${n}_NETNS=$(ns_of "$i")"
+    echo "SANDVISOR_LAB_${n}_IP=$(ip_of "$i")"
   done
-  echo "SBX_LAB_GVISOR_NODE=$(name_of "$GVISOR_NODE")"
+  echo "SANDVISOR_LAB_GVISOR_NODE=$(name_of "$GVISOR_NODE")"
 }
 
 cmd_link() { # cut|heal NODE: the hub's end of the node's veth, like pulling its cable
@@ -577,7 +577,7 @@ cmd_link() { # cut|heal NODE: the hub's end of the node's veth, like pulling its
 cmd_availability() { # drain|active NODE
   local i id; i=$(node_index "$2")
   id=$(node_id "$i") # from the node's own engine; by label when it does not answer
-  [[ -n "$id" ]] || id=$(dk 1 node ls -q --filter "node.label=io.sbx.lab.node=$(name_of "$i")")
+  [[ -n "$id" ]] || id=$(dk 1 node ls -q --filter "node.label=io.sandvisor.lab.node=$(name_of "$i")")
   [[ -n "$id" ]] || die "cannot find the node id of $(name_of "$i")"
   dk 1 node update --availability "$1" "$id" >/dev/null
   say "$(name_of "$i") ($id): availability $1"

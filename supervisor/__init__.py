@@ -12,8 +12,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from supervisor import _moved
-
 if TYPE_CHECKING:
     from supervisor.core.errors import (
         EngineUnavailable,
@@ -150,8 +148,6 @@ __all__ = [
     "render_json",
     "render_xml",
 ]
-
-_moved.install()
 
 
 def __getattr__(name: str) -> Any:

@@ -21,7 +21,7 @@ IN_CI = bool(os.environ.get("CI"))
 TEST_POLICIES = {
     "fast": """
 description = "tests: minimal image, 1 s grace"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 [timeouts]
 grace_s = 1.0
@@ -30,7 +30,7 @@ allow = ["*"]
 """,
     "tiny": """
 description = "tests: 24 MiB of memory"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 [limits]
 memory_mb = 24
@@ -42,7 +42,7 @@ grace_s = 1.0
 """,
     "warm": """
 description = "tests: minimal image with a warm pool of 2"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 warm_pool = 2
 [timeouts]
@@ -54,7 +54,7 @@ max_running_tasks = 4
 """,
     "strict": """
 description = "tests: short maximum timeout, no persistent tasks"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 [timeouts]
 default_ms = 1000
@@ -63,7 +63,7 @@ allow_persistent = false
 """,
     "missingimage": """
 description = "tests: an image nobody built"
-image = "sbx/does-not-exist:latest"
+image = "sandvisor/does-not-exist:latest"
 """,
 }
 
@@ -77,7 +77,9 @@ def engine_problem() -> str | None:
         client.ping()
     except Exception as exc:
         return f"the Docker engine does not answer ({exc}); run `make engine`"
-    needed = os.environ.get("SBX_TEST_IMAGES", "sbx/minimal:latest sbx/debian:latest").split()
+    needed = os.environ.get(
+        "SANDVISOR_TEST_IMAGES", "sandvisor/minimal:latest sandvisor/debian:latest"
+    ).split()
     for image in needed:
         try:
             client.inspect_image(image)
@@ -136,7 +138,7 @@ async def sup(state_dir: Path, policies_dir: Path) -> AsyncIterator[object]:
 
 def owned_label() -> dict[str, str]:
     """The label for containers a test creates without the Supervisor."""
-    return {"io.sbx.test": str(os.getpid())}
+    return {"io.sandvisor.test": str(os.getpid())}
 
 
 def labelled_containers(label: str, value: str) -> list[dict[str, Any]]:
@@ -158,16 +160,18 @@ def labelled_containers(label: str, value: str) -> list[dict[str, Any]]:
 def no_leftover_containers() -> Iterator[None]:
     """After the whole run, nothing this test process started may remain on the engine.
 
-    Supervisor containers carry ``io.sbx.owner.pid``; containers a test creates directly
-    must carry ``io.sbx.test=<pid of the test process>`` (see ``owned_label()``)."""
+    Supervisor containers carry ``io.sandvisor.owner.pid``; containers a test creates directly
+    must carry ``io.sandvisor.test=<pid of the test process>`` (see ``owned_label()``)."""
     yield
     try:
         import docker  # noqa: PLC0415
 
         client = docker.APIClient(version="auto", timeout=10)
         # Only this process's containers: other test runs may share the engine.
-        rows = client.containers(all=True, filters={"label": f"io.sbx.owner.pid={os.getpid()}"})
-        rows += client.containers(all=True, filters={"label": f"io.sbx.test={os.getpid()}"})
+        rows = client.containers(
+            all=True, filters={"label": f"io.sandvisor.owner.pid={os.getpid()}"}
+        )
+        rows += client.containers(all=True, filters={"label": f"io.sandvisor.test={os.getpid()}"})
     except Exception:
         return
     for row in rows:

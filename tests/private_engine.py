@@ -24,7 +24,7 @@ fixture functions also works, but then ruff sees every test argument as a redefi
 Why not ``--bridge none`` (the flag DESIGN.md lists): dockerd 20.10 started with it
 *deletes the host's ``docker0`` interface* (``removeDefaultBridgeInterface``), which breaks
 the default bridge network of the shared engine. The private engine gets a bridge of its
-own (``sbxpe<hex>``, created here and deleted on teardown) and never touches iptables.
+own (``svpe<hex>``, created here and deleted on teardown) and never touches iptables.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ import pytest
 
 from tests.conftest import require_engine
 
-DEFAULT_IMAGES = ("sbx/minimal:latest", "sbx/debian:latest")
+DEFAULT_IMAGES = ("sandvisor/minimal:latest", "sandvisor/debian:latest")
 
 
 @dataclass(frozen=True)
@@ -119,10 +119,10 @@ class PrivateEngine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
         # Short: unix socket paths (exec root + containerd sockets) must stay < 108 bytes.
-        self.root = Path(tempfile.mkdtemp(prefix="sbxpe-", dir="/tmp"))
+        self.root = Path(tempfile.mkdtemp(prefix="svpe-", dir="/tmp"))
         tag = secrets.token_hex(3)
-        self.namespace = f"sbxpe-{tag}"
-        self.bridge = f"sbxpe{tag}"
+        self.namespace = f"svpe-{tag}"
+        self.bridge = f"svpe{tag}"
         self.socket = self.root / "docker.sock"
         self.docker_host = f"unix://{self.socket}"
         self.pidfile = self.root / "dockerd.pid"

@@ -197,7 +197,10 @@ class EngineUnavailable(SupervisorError, ConnectionError):
 
 
 class ImageMissing(SupervisorError, LookupError):
-    """The policy's image is not present on the engine (build it with ``sbx images build``)."""
+    """The policy's image is not present on the engine.
+
+    Build it with ``sandvisor images build``.
+    """
 
     code = "image_missing"
     status = 424
@@ -398,7 +401,7 @@ class NoWorkspace(SupervisorError, LookupError):
 
 class WorkspaceOutsideRoots(PolicyError):
     """The workspace asked for is not under any of the supervisor's allowed roots
-    (``--workspace-root``, ``SBX_WORKSPACE_ROOTS``, default the home directory of the user
+    (``--workspace-root``, ``SANDVISOR_WORKSPACE_ROOTS``, default the home directory of the user
     running it). ``roots`` lists them."""
 
     code = "workspace_outside_roots"

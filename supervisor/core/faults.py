@@ -1,4 +1,4 @@
-"""Fault injection for crash tests: ``SBX_TEST_CRASH_AT=<point>[:<n>]`` makes the process
+"""Fault injection for crash tests: ``SANDVISOR_TEST_CRASH_AT=<point>[:<n>]`` makes the process
 SIGKILL itself the n-th time (default: first) it reaches ``point``. Off unless set."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 
-_SPEC = os.environ.get("SBX_TEST_CRASH_AT", "")
+_SPEC = os.environ.get("SANDVISOR_TEST_CRASH_AT", "")
 _POINT, _, _NTH = _SPEC.partition(":")
 _COUNTS: dict[str, int] = {}
 

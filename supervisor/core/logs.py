@@ -39,10 +39,10 @@ def get_logger(name: str) -> Any:
 def configure_logging(level: str | None = None, *, json: bool | None = None) -> None:
     """Send the supervisor's logs to stderr (stdout stays for command output and protocols).
 
-    ``level`` defaults to ``$SBX_LOG_LEVEL`` or ``info``; ``json`` defaults to "stderr is not
+    ``level`` defaults to ``$SANDVISOR_LOG_LEVEL`` or ``info``; ``json`` defaults to "stderr is not
     a terminal". For CLIs and the daemon; libraries embedding us configure logging their way.
     """
-    name = (level or os.environ.get("SBX_LOG_LEVEL") or "info").upper()
+    name = (level or os.environ.get("SANDVISOR_LOG_LEVEL") or "info").upper()
     numeric = logging.getLevelName(name)
     if not isinstance(numeric, int):
         numeric = logging.INFO

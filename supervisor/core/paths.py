@@ -7,12 +7,15 @@ from pathlib import Path
 
 
 def default_state_dir() -> Path:
-    """``$SBX_STATE_DIR``, else ``$XDG_STATE_HOME/sbx``, else ``~/.local/state/sbx``."""
-    env = os.environ.get("SBX_STATE_DIR")
+    """``$SANDVISOR_STATE_DIR``, else ``$XDG_STATE_HOME/sandvisor``.
+
+    Else ``~/.local/state/sandvisor``.
+    """
+    env = os.environ.get("SANDVISOR_STATE_DIR")
     if env:
         return Path(env)
     xdg = os.environ.get("XDG_STATE_HOME")
-    return Path(xdg) / "sbx" if xdg else Path.home() / ".local" / "state" / "sbx"
+    return Path(xdg) / "sandvisor" if xdg else Path.home() / ".local" / "state" / "sandvisor"
 
 
 def daemon_dir(state_dir: Path | None = None) -> Path:
@@ -21,8 +24,8 @@ def daemon_dir(state_dir: Path | None = None) -> Path:
 
 
 def daemon_socket(state_dir: Path | None = None) -> Path:
-    """``$SBX_SOCKET``, else the daemon's unix socket in ``state_dir``."""
-    return Path(os.environ.get("SBX_SOCKET") or daemon_dir(state_dir) / "sbx.sock")
+    """``$SANDVISOR_SOCKET``, else the daemon's unix socket in ``state_dir``."""
+    return Path(os.environ.get("SANDVISOR_SOCKET") or daemon_dir(state_dir) / "sandvisor.sock")
 
 
 def admin_token_file(state_dir: Path | None = None) -> Path:

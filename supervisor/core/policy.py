@@ -198,8 +198,8 @@ class Policy(_Model):
     """The policy's name (its file name without ``.toml``)."""
     description: str = ""
     """What the policy is for."""
-    image: Annotated[str, Field(min_length=1)] = "sbx/debian:latest"
-    """Image every task of the policy runs in. Built offline by ``sbx images build``."""
+    image: Annotated[str, Field(min_length=1)] = "sandvisor/debian:latest"
+    """Image every task of the policy runs in. Built offline by ``sandvisor images build``."""
     image_id: Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")] | None = None
     """Pin: refuse to run unless ``image`` resolves to exactly this image id."""
     runtime: Literal["runc", "runsc"] = "runc"
@@ -313,8 +313,8 @@ def _container_path(value: str, what: str) -> str:
 
 
 def default_policies_dir() -> Path | None:
-    """``$SBX_POLICIES_DIR``, else the ``policies/`` folder of this checkout, else None."""
-    env = os.environ.get("SBX_POLICIES_DIR")
+    """``$SANDVISOR_POLICIES_DIR``, else the ``policies/`` folder of this checkout, else None."""
+    env = os.environ.get("SANDVISOR_POLICIES_DIR")
     if env:
         return Path(env)
     here = Path(__file__).resolve().parents[2] / "policies"

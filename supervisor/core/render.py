@@ -105,7 +105,7 @@ def render_xml(ev: BaseEvent) -> str | None:
                 f'<summary>Background command "{xml_text(_label(ev))}" appears to be waiting '
                 "for interactive input</summary>",
                 f"<last-output>\n{xml_text(_last_lines(ev.last_output))}\n</last-output>",
-                "<hint>Either send the answer to its stdin (task_input / sbx input, e.g. "
+                "<hint>Either send the answer to its stdin (task_input / sandvisor input, e.g. "
                 '"y\\n"), or stop it and rerun the command with its input piped in '
                 "(e.g. `yes | CMD`, `CMD &lt; answers.txt`, or a --yes/--non-interactive "
                 "flag).</hint>",

@@ -133,7 +133,7 @@ def workspace_mount(policy: Policy, roots: Sequence[Path]) -> Mount | None:
         if real == root_real or real.startswith(root_real.rstrip("/") + "/"):
             break
     else:
-        allowed = ", ".join(str(r) for r in roots) or "none configured (SBX_WORKSPACE_ROOTS)"
+        allowed = ", ".join(str(r) for r in roots) or "none configured (SANDVISOR_WORKSPACE_ROOTS)"
         raise PolicyError(
             f"policy {policy.name!r}: workspace.host_path {ws.host_path!r} is not under an "
             f"allowed workspace root ({allowed})"

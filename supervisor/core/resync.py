@@ -37,7 +37,7 @@ def _per_byte_replace(exc: UnicodeError) -> tuple[str, int]:
     return "\ufffd" * (exc.end - exc.start), exc.end
 
 
-codecs.register_error("sbx-per-byte-replace", _per_byte_replace)
+codecs.register_error("sandvisor-per-byte-replace", _per_byte_replace)
 
 
 def engine_log_bytes(data: bytes) -> bytes:
@@ -46,7 +46,7 @@ def engine_log_bytes(data: bytes) -> bytes:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
-        return data.decode("utf-8", "sbx-per-byte-replace").encode("utf-8")
+        return data.decode("utf-8", "sandvisor-per-byte-replace").encode("utf-8")
     return data
 
 

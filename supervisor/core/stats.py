@@ -30,7 +30,7 @@ START_BUCKETS: tuple[float, ...] = (
     5.0,
     10.0,
 )
-#: The ``reason`` of ``sbx_tasks_ended_total`` for a task that never ran (``task.failed``).
+#: The ``reason`` of ``sandvisor_tasks_ended_total`` for a task that never ran (``task.failed``).
 FAILED = "failed"
 #: Every reason a task can end with, so each series exists (at 0) from the first scrape.
 END_REASONS: tuple[str, ...] = (

@@ -36,7 +36,7 @@ class CaptureState(BaseModel):
     dropped: int = 0
     """Bytes dropped after the output cap."""
     file_size: int = 0
-    """Output file size at this checkpoint (command bytes plus any sbx markers)."""
+    """Output file size at this checkpoint (command bytes plus any sandvisor markers)."""
     monitor_ordinal: int = 0
     """Monitor tasks: lines (and pieces) counted up to ``monitor_offset``."""
     monitor_offset: int = 0
@@ -86,7 +86,7 @@ class TaskIdentity:
 
 class OutputCounts(NamedTuple):
     """What the output file holds: the command's bytes, bytes dropped past the cap, bytes
-    that could not be stored (full disk), and the file's size with sbx's own markers."""
+    that could not be stored (full disk), and the file's size with sandvisor's own markers."""
 
     task_bytes: int = 0
     dropped: int = 0

@@ -5,7 +5,7 @@ through these, so ``30s`` means the same everywhere and a bad value gets the sam
 
 No pydantic here, not even for types: the CLI parses its options and prints task lists
 through this module on every start, and importing pydantic would double the time of
-``sbx ps``. The task texts take a ``TaskInfo`` or its JSON form (a mapping) alike.
+``sandvisor ps``. The task texts take a ``TaskInfo`` or its JSON form (a mapping) alike.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def check_host_path(real: str, *, roots: Sequence[str], state_dir: str) -> None:
         allowed = ", ".join(roots) or "none configured"
         raise WorkspaceOutsideRoots(
             f"workspace {real!r} is not under an allowed workspace root ({allowed}); "
-            "add one with --workspace-root or SBX_WORKSPACE_ROOTS",
+            "add one with --workspace-root or SANDVISOR_WORKSPACE_ROOTS",
             roots,
         )
     if real == "/":

@@ -12,25 +12,25 @@ from supervisor.core.errors import SupervisorError
 from supervisor.core.policy import PolicySet
 from supervisor.engine.base import Backend
 
-PROBE_LABEL = "io.sbx.probe"
+PROBE_LABEL = "io.sandvisor.probe"
 
 
 async def probe_runtime(
     backend: Backend, runtime: str, policies: PolicySet | None = None
 ) -> str | None:
     """Start a throwaway container under ``runtime``; None if it ran ``true``, else why not."""
-    image = "sbx/minimal:latest"
+    image = "sandvisor/minimal:latest"
     if policies is not None:
         for p in policies.all():
             if p.runtime == runtime:
                 image = p.image
                 break
     if await backend.image_id(image) is None:
-        image = "sbx/minimal:latest"
+        image = "sandvisor/minimal:latest"
         if await backend.image_id(image) is None:
-            return f"no image to probe with ({image} is missing; run `sbx images build`)"
+            return f"no image to probe with ({image} is missing; run `sandvisor images build`)"
     req = ContainerRequest(
-        name=f"sbx-probe-{secrets.token_hex(4)}",
+        name=f"sandvisor-probe-{secrets.token_hex(4)}",
         image=image,
         command=["/bin/sh", "-c", "true"],
         labels={PROBE_LABEL: runtime},

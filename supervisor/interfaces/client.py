@@ -6,31 +6,33 @@ An error answer is raised again as the ``SupervisorError`` subclass its ``code``
 
 Tasks come back as the daemon's JSON (``TaskInfo.model_dump(mode="json")``), not decoded:
 the CLI prints that JSON as it is, and its texts (``core.text``) read it directly, so a
-command like ``sbx ps`` never imports pydantic (which would double its run time). The MCP
+command like ``sandvisor ps`` never imports pydantic (which would double its run time). The MCP
 server decodes with :func:`task_info`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import shlex
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from supervisor.core.errors import DaemonError, DaemonNotRunning
-from supervisor.core.paths import admin_token_file, daemon_socket, default_state_dir
+from supervisor.core.paths import admin_token_file, daemon_socket
 from supervisor.core.wire import from_wire
 from supervisor.interfaces.http import Endpoint, Response
 
 if TYPE_CHECKING:
     from supervisor.core.models import TaskInfo
 
-__all__ = ["Chunk", "DaemonError", "DaemonNotRunning", "SbxClient", "ensure_daemon", "task_info"]
+__all__ = [
+    "Chunk",
+    "DaemonError",
+    "DaemonNotRunning",
+    "SandvisorClient",
+    "task_info",
+]
 
 #: Server-side waits are capped at 300 s; the client loops for longer waits.
 _SERVER_WAIT_CAP = 300.0
@@ -74,7 +76,7 @@ def task_info(body: TaskJson) -> TaskInfo:
     return TaskInfo.model_validate(body)
 
 
-class SbxClient:
+class SandvisorClient:
     """Requests to one daemon, over its unix socket (or loopback TCP)."""
 
     def __init__(
@@ -95,13 +97,17 @@ class SbxClient:
         self._timeout = timeout
 
     @classmethod
-    def for_state_dir(cls, state_dir: Path | None = None, token: str | None = None) -> SbxClient:
-        """The local daemon of ``state_dir`` with its admin token (``$SBX_URL``/``$SBX_TOKEN``
-        point elsewhere)."""
-        url = os.environ.get("SBX_URL")
+    def for_state_dir(
+        cls, state_dir: Path | None = None, token: str | None = None
+    ) -> SandvisorClient:
+        """The local daemon of ``state_dir`` with its admin token.
+
+        ``$SANDVISOR_URL`` and ``$SANDVISOR_TOKEN`` point elsewhere.
+        """
+        url = os.environ.get("SANDVISOR_URL")
         sock, token_file = daemon_paths(state_dir)
         if token is None:
-            token = os.environ.get("SBX_TOKEN")
+            token = os.environ.get("SANDVISOR_TOKEN")
         if token is None and token_file.exists():
             token = token_file.read_text().strip()
         if url:
@@ -111,7 +117,7 @@ class SbxClient:
     async def aclose(self) -> None:
         """Nothing to release (a connection lasts one request); kept for ``async with``."""
 
-    async def __aenter__(self) -> SbxClient:
+    async def __aenter__(self) -> SandvisorClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -423,7 +429,7 @@ class SbxClient:
         path = f"/sessions/{session_id}/notifications"
         response = await self._request("GET", path, params=params, ids=(session_id, None))
         if fmt == "xml":
-            return response.text, int(response.headers["x-sbx-last-seq"])
+            return response.text, int(response.headers["x-sandvisor-last-seq"])
         body = response.json()
         return body["notifications"], int(body["last_seq"])
 
@@ -443,58 +449,3 @@ class SbxClient:
         path = f"/sessions/{session_id}/notifications/ack"
         body = {"consumer": consumer, "seq": seq}
         await self._request("POST", path, json=body, ids=(session_id, None))
-
-
-# -- starting a daemon --------------------------------------------------------------------
-
-
-async def ensure_daemon(
-    state_dir: Path | None = None, *, quiet: bool = False, wait_s: float = 30.0
-) -> SbxClient:
-    """A client for the local daemon, starting ``sbx serve`` in the background if none
-    answers (and saying so on stderr). ``$SBX_DAEMON_ARGS`` adds options to that command."""
-    if os.environ.get("SBX_URL"):
-        return SbxClient.for_state_dir(state_dir)
-    if await _answers(state_dir):
-        return SbxClient.for_state_dir(state_dir)
-    state = state_dir or default_state_dir()
-    log_path = state / "daemon" / "daemon.log"
-    try:
-        log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:  # e.g. the state directory is not writable
-        raise DaemonNotRunning(f"cannot create {log_path.parent}: {exc}") from exc
-    cmd = [sys.executable, "-m", "supervisor.interfaces.cli.main", "serve"]
-    cmd += ["--state-dir", str(state)]
-    # Extra `sbx serve` options for daemons started this way (e.g. --stop-tasks-on-exit).
-    cmd += shlex.split(os.environ.get("SBX_DAEMON_ARGS", ""))
-    proc = await asyncio.to_thread(_spawn, cmd, log_path)
-    if not quiet:
-        sys.stderr.write(
-            f"sbx: no daemon was running; started one in the background "
-            f"(pid {proc.pid}, log {log_path})\n"
-        )
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-2000:]
-            raise DaemonNotRunning(f"the daemon exited with {proc.returncode}:\n{tail}")
-        if await _answers(state_dir):
-            return SbxClient.for_state_dir(state_dir)
-        await asyncio.sleep(0.1)
-    raise DaemonNotRunning(f"the daemon did not answer within {wait_s:.0f} s (log: {log_path})")
-
-
-async def _answers(state_dir: Path | None) -> bool:
-    """Whether the daemon of ``state_dir`` accepts connections. The client callers use is
-    built only afterwards: a daemon writes its admin token before it listens, so a client
-    built before the daemon answered could lack the token (and get 401 from a daemon it
-    just started)."""
-    return await SbxClient.for_state_dir(state_dir).reachable()
-
-
-def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-    """Start the daemon detached from our session, logging to ``log_path``."""
-    with open(log_path, "ab") as log_fh:
-        return subprocess.Popen(
-            cmd, stdout=log_fh, stderr=log_fh, stdin=subprocess.DEVNULL, start_new_session=True
-        )

@@ -1,7 +1,7 @@
 """A small HTTP/1.1 client on asyncio streams: the daemon's unix socket or loopback TCP.
 
-Why not httpx: every ``sbx`` command is a new process, and importing httpx (TLS, HTTP/2,
-proxies, its many modules) took about a third of ``sbx ps``. The daemon speaks plain
+Why not httpx: every ``sandvisor`` command is a new process, and importing httpx (TLS, HTTP/2,
+proxies, its many modules) took about a third of ``sandvisor ps``. The daemon speaks plain
 HTTP/1.1 and answers with a length or chunks, which is all this reads. Each request has a
 connection of its own (``Connection: close``): connecting to a unix socket costs
 microseconds, and concurrent requests (the MCP server's event follower beside its tool
@@ -52,11 +52,11 @@ class Endpoint:
     """Where the daemon listens: a unix socket, or ``http(s)://host:port/prefix``."""
 
     socket_path: Path | None = None
-    host: str = "sbx"
+    host: str = "sandvisor"
     port: int = 80
     tls: bool = False
     prefix: str = ""
-    host_header: str = "sbx"
+    host_header: str = "sandvisor"
 
     @classmethod
     def from_url(cls, url: str) -> Endpoint:

@@ -138,7 +138,7 @@ class EngineChecks:
         if image_id is None:
             raise ImageMissing(
                 f"image {policy.image!r} (policy {policy.name!r}) is not present on the engine; "
-                "build it with `sbx images build` or `make images`"
+                "build it with `sandvisor images build` or `make images`"
             )
         if policy.image_id is not None and image_id != policy.image_id:
             raise PolicyError(

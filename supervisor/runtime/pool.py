@@ -102,7 +102,7 @@ def shared_pool_ports(
 
     def build(task_id: str, command: str, eff: Effective, kind: str) -> ContainerRequest:
         return container_request(
-            name=f"sbx-{task_id}",
+            name=f"sandvisor-{task_id}",
             command=command,
             eff=eff,
             labels=labels(session_id="", task_id=task_id, kind=kind, policy=eff.policy.name),
@@ -214,7 +214,7 @@ class WarmPool:
 
     async def _make_as(self, task_id: str) -> WarmStart:
         ports = self.ports
-        sentinel = f"sbx-start-{secrets.token_hex(12)}"
+        sentinel = f"sandvisor-start-{secrets.token_hex(12)}"
         script = pool_script(sentinel)
         eff = resolve(
             TaskSpec(

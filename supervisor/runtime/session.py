@@ -281,7 +281,7 @@ class Session(WorkspaceReview):
             # The workspace root was removed from the config meanwhile: the container (if
             # any) exists already; a re-create would be refused, which ends the task clearly.
             request = container_request(
-                name=f"sbx-{task_id}",
+                name=f"sandvisor-{task_id}",
                 command=record.spec.command,
                 eff=eff,
                 labels=self._svc.labels(session_id=self.session_id, task_id=task_id),

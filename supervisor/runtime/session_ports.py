@@ -92,7 +92,7 @@ def network_name(session_id: str, instance_id: str, kind: str = "bridge") -> str
     ``bridge`` (with egress) and ``session`` (internal) are separate networks, so a task
     without egress never shares a network that has it."""
     suffix = "" if kind == "bridge" else "-int"
-    return f"sbx-{session_id}-{instance_id[:8]}{suffix}"
+    return f"sandvisor-{session_id}-{instance_id[:8]}{suffix}"
 
 
 class SessionTaskPorts:
@@ -169,7 +169,7 @@ def task_request(
         working_dir = ws_plan.container_path
         mounts = workspace.mount_list()
     return container_request(
-        name=f"sbx-{task_id}",
+        name=f"sandvisor-{task_id}",
         command=command,
         eff=eff,
         labels=svc.labels(

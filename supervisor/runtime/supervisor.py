@@ -83,7 +83,7 @@ class Supervisor:
         self._sink_factory = sinks
         self.stop_tasks_on_close = stop_tasks_on_close
         roots = workspace_roots or [
-            p for p in os.environ.get("SBX_WORKSPACE_ROOTS", "").split(":") if p
+            p for p in os.environ.get("SANDVISOR_WORKSPACE_ROOTS", "").split(":") if p
         ]
         #: Directories a workspace may be in (default: the home of the user running us).
         self.workspace_roots = [Path(r) for r in roots] or [Path.home()]
@@ -95,11 +95,11 @@ class Supervisor:
         self.orphan_grace_s = orphan_grace_s
         self.end_timeout_s = end_timeout_s
         self.min_free_bytes = min_free_bytes
-        self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sbx-io")
+        self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandvisor-io")
         self._space = StateSpace(self.state_dir, min_free_bytes, self.io)
         #: wait_for scans: a pattern searched through hundreds of MB never holds up output
         #: writes; more parallel scans than threads wait their turn.
-        self.search_io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sbx-scan")
+        self.search_io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandvisor-scan")
         self.store = StateStore(self.state_dir / "state.db")
         self.instance_id = ""
         self.stall_watcher: StallWatcher | None = None
@@ -276,8 +276,8 @@ class Supervisor:
     # -- labels and orphans ----------------------------------------------------------
 
     def container_labels(self, **fields: Any) -> dict[str, str]:
-        """Owner labels plus ``io.sbx.<field>`` (``session_id`` -> ``io.sbx.session``,
-        ``task_id`` -> ``io.sbx.task``, ``timeout_ms`` -> ``io.sbx.timeout-ms``)."""
+        """Owner labels plus ``io.sandvisor.<field>`` (``session_id`` -> ``io.sandvisor.session``,
+        ``task_id`` -> ``io.sandvisor.task``, ``timeout_ms`` -> ``io.sandvisor.timeout-ms``)."""
         return container_labels(self._owner_labels, **fields)
 
     @property

@@ -132,7 +132,7 @@ class Workspaces:
             ws_plan,
             session_id=session_id,
             root=self.state_dir / "ws" / session_id,
-            volume=f"sbx-ws-{session_id}-{self.instance_id[:8]}",
+            volume=f"sandvisor-ws-{session_id}-{self.instance_id[:8]}",
             labels=self.labels(session_id=session_id, kind="workspace"),
             backend=self.backend,
             io=self.io,

@@ -30,17 +30,17 @@ HEAD_BYTES = 4096
 
 def cap_marker(cap: int) -> bytes:
     """Written once into the file when the output cap is reached."""
-    return f"\n[sbx: output cap of {cap} bytes reached; further output is dropped]\n".encode()
+    return f"\n[sandvisor: output cap of {cap} bytes reached; further output is dropped]\n".encode()
 
 
 def dropped_marker(dropped: int) -> bytes:
     """Written at the end when output was dropped."""
-    return f"[sbx: {dropped} bytes of output were dropped after the cap]\n".encode()
+    return f"[sandvisor: {dropped} bytes of output were dropped after the cap]\n".encode()
 
 
 def gap_marker(nbytes: int, why: str) -> bytes:
     """Written when output could not be stored (full disk) or was lost by the engine."""
-    return f"\n[sbx: {nbytes} bytes of output missing here: {why}]\n".encode()
+    return f"\n[sandvisor: {nbytes} bytes of output missing here: {why}]\n".encode()
 
 
 class OutputFile:

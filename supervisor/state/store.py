@@ -55,7 +55,7 @@ class StateStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbx-state")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandvisor-state")
         self._conn: sqlite3.Connection | None = None
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:

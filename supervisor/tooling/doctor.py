@@ -133,7 +133,7 @@ async def _check_image(backend: Backend, name: str) -> Check:
         return Check(
             name=f"image {name}",
             status="fail",
-            detail=f"{repo}:latest is missing: run `sbx images build {name}`",
+            detail=f"{repo}:latest is missing: run `sandvisor images build {name}`",
             facts={**facts, "up_to_date": False},
         )
     short = latest.removeprefix("sha256:")[:12]
@@ -150,7 +150,7 @@ async def _check_image(backend: Backend, name: str) -> Check:
             name=f"image {name}",
             status="warn",
             detail=f"{repo}:latest ({short}) was built from older sources: "
-            f"run `sbx images build {name}`",
+            f"run `sandvisor images build {name}`",
             facts={**facts, "up_to_date": False},
         )
     return Check(
@@ -164,7 +164,7 @@ async def _check_image(backend: Backend, name: str) -> Check:
 def _probe_state_dir(path: Path) -> dict[str, Any]:
     existed = path.is_dir()
     path.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path, prefix=".sbx-doctor-") as handle:
+    with tempfile.NamedTemporaryFile(dir=path, prefix=".sandvisor-doctor-") as handle:
         handle.write(b"ok\n")
         handle.flush()
         os.fsync(handle.fileno())

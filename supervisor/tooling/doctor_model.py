@@ -1,4 +1,4 @@
-"""The shape of ``sbx doctor``'s checks (shared by the engine and Swarm node checks)."""
+"""The shape of ``sandvisor doctor``'s checks (shared by the engine and Swarm node checks)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``sbx doctor`` on a Swarm: one check per node (role, state, availability, its engine
-endpoint from the ``io.sbx.engine`` label, whether that engine answers as that node, its
+"""``sandvisor doctor`` on a Swarm: one check per node (role, state, availability, its engine
+endpoint from the ``io.sandvisor.engine`` label, whether that engine answers as that node, its
 default runtime and labels), plus what Swarm cannot express and what stands in for it."""
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ async def _node_check(backend: SwarmBackend, view: NodeView) -> Check:
         status = "fail" if view.schedulable else "warn"
     elif not view.schedulable:
         status = "warn"
-    labels = ", ".join(f"{k}={v}" for k, v in sorted(view.labels.items()) if k != "io.sbx.engine")
+    labels = ", ".join(
+        f"{k}={v}" for k, v in sorted(view.labels.items()) if k != "io.sandvisor.engine"
+    )
     answer = (
         f"answers, default runtime {facts.default_runtime}"
         if facts.answers

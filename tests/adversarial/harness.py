@@ -53,7 +53,7 @@ SETTLE_S = 10.0
 PROBE_PRELUDE = r"""
 import ctypes, errno, json, os, socket, stat, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
-ARGS = json.loads(os.environ.get("SBX_ARGS") or "{}")
+ARGS = json.loads(os.environ.get("SANDVISOR_ARGS") or "{}")
 R = {}
 def ename(code):
     return errno.errorcode.get(code, str(code))
@@ -97,7 +97,7 @@ def done():
 
 
 def probe_command() -> str:
-    return 'python3 -c "$SBX_PROBE"'
+    return 'python3 -c "$SANDVISOR_PROBE"'
 
 
 def parse_result(output: bytes) -> dict[str, Any]:
@@ -207,9 +207,9 @@ class HostWatch:
         if known is None:
             try:
                 labels = self._client.inspect_container(cid)["Config"]["Labels"] or {}
-                known = labels.get("io.sbx.owner") == self.owner
-                if known and labels.get("io.sbx.kind") == "pooled":
-                    self._pooled[cid] = labels.get("io.sbx.task", "")
+                known = labels.get("io.sandvisor.owner") == self.owner
+                if known and labels.get("io.sandvisor.kind") == "pooled":
+                    self._pooled[cid] = labels.get("io.sandvisor.task", "")
             except docker.errors.NotFound:
                 known = False  # gone before we saw it; not on this engine
             self._owners[cid] = known
@@ -402,8 +402,8 @@ class Arena:
 
     async def probe(self, source: str, args: dict[str, Any] | None = None, **spec: Any) -> Result:
         env = dict(spec.pop("env", {}))
-        env["SBX_PROBE"] = PROBE_PRELUDE + source + "\ndone()\n"
-        env["SBX_ARGS"] = json.dumps(args or {})
+        env["SANDVISOR_PROBE"] = PROBE_PRELUDE + source + "\ndone()\n"
+        env["SANDVISOR_ARGS"] = json.dumps(args or {})
         return await self.run(probe_command(), env=env, **spec)
 
     async def container_of(self, info: TaskInfo, timeout_s: float = 60) -> str:
@@ -430,7 +430,7 @@ class Arena:
     def owned_volumes(self) -> list[str]:
         c = engine()
         try:
-            found = c.volumes(filters={"label": f"io.sbx.owner={self.sup.instance_id}"})
+            found = c.volumes(filters={"label": f"io.sandvisor.owner={self.sup.instance_id}"})
         finally:
             c.close()
         return [v["Name"] for v in (found or {}).get("Volumes") or []]
@@ -448,8 +448,8 @@ class Arena:
             row
             for row in owned_by(self.sup.instance_id)
             if not (
-                row["Labels"].get("io.sbx.kind") == "pooled"
-                and not row["Labels"].get("io.sbx.session")
+                row["Labels"].get("io.sandvisor.kind") == "pooled"
+                and not row["Labels"].get("io.sandvisor.session")
             )
         ]
 

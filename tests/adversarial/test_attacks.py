@@ -373,7 +373,7 @@ async def test_log_flood_is_capped_and_recorded(arena: Arena) -> None:
     assert r.info.output_bytes == cap and r.info.dropped_bytes == total - cap
     assert r.output.startswith((b"z" * 999 + b"\n") * (cap // 1000))
     assert r.output.endswith(
-        f"[sbx: {total - cap} bytes of output were dropped after the cap]\n".encode()
+        f"[sandvisor: {total - cap} bytes of output were dropped after the cap]\n".encode()
     )
     (stopped,) = [e for e in r.events if e.type == "task.stopped"]
     assert stopped.dropped_bytes == total - cap  # type: ignore[attr-defined]
@@ -407,7 +407,7 @@ async def test_two_gigabytes_through_the_default_cap(arena: Arena) -> None:
         tail = fh.read()
     assert head == ((b"z" * 999 + b"\n") * 1049)[: 1 << 20]
     assert tail.endswith(
-        f"[sbx: {total - cap} bytes of output were dropped after the cap]\n".encode()
+        f"[sandvisor: {total - cap} bytes of output were dropped after the cap]\n".encode()
     )
     assert grew < 64 * MIB, f"RSS grew by {grew / MIB:.0f} MiB during a 2 GB flood"
     arena.note(f"2.15 GB flood through the 256 MiB cap: supervisor RSS +{grew / MIB:.1f} MiB")
@@ -514,9 +514,9 @@ async def test_sigterm_ignorer_is_killed_after_the_grace(arena: Arena) -> None:
 async def test_double_forked_daemon_dies_with_the_task(arena: Arena) -> None:
     tag = secrets.token_hex(6)
     # The daemon's own command line carries the expanded marker; the task's carries "$M".
-    marker = f"sbx-daemon-{tag}-end"
+    marker = f"sandvisor-daemon-{tag}-end"
     info = await arena.start(
-        f"M={tag}; setsid sh -c \"trap '' TERM HUP; while :; do sleep 0.2; done; : sbx-daemon-$M-end\" "
+        f"M={tag}; setsid sh -c \"trap '' TERM HUP; while :; do sleep 0.2; done; : sandvisor-daemon-$M-end\" "
         "</dev/null >/dev/null 2>&1 & echo spawned; read _; echo parent-exits",
         timeout_ms=60_000,
     )
@@ -739,7 +739,7 @@ def privileged():
     out = {
         "mount": call(libc.mount, b"none", b"/tmp/pm", b"tmpfs", 0, None),
         "shadow": oserr(lambda: open("/etc/shadow").read()),
-        "rootfs": oserr(lambda: open("/sbx-root-write", "w")),
+        "rootfs": oserr(lambda: open("/sandvisor-root-write", "w")),
         "chown_root_file": oserr(os.chown, "/etc/hostname", os.getuid(), -1),
         "sethostname": call(libc.sethostname, b"pwned", 5),
     }
@@ -852,9 +852,9 @@ async def test_keyctl_is_refused(arena: Arena) -> None:
     r = await arena.probe(
         """
 KEY_SPEC_SESSION_KEYRING = -3
-R["add_key"] = call(libc.syscall, 248, b"user", b"sbx", b"secret", 6, KEY_SPEC_SESSION_KEYRING)
-R["join_keyring"] = call(libc.syscall, 250, 1, b"sbx-ring")
-R["request_key"] = call(libc.syscall, 249, b"user", b"sbx", None, 0)
+R["add_key"] = call(libc.syscall, 248, b"user", b"sandvisor", b"secret", 6, KEY_SPEC_SESSION_KEYRING)
+R["join_keyring"] = call(libc.syscall, 250, 1, b"sandvisor-ring")
+R["request_key"] = call(libc.syscall, 249, b"user", b"sandvisor", None, 0)
 """
     )
     assert r.info.status == "completed", r.text

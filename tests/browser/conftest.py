@@ -1,6 +1,6 @@
 """The dashboard in a real browser: Debian's Chromium, headless, driven by Playwright (its
 Python package only; ``executable_path`` points at the system browser, none is downloaded),
-against a real ``sbx serve --ui`` on a real engine."""
+against a real ``sandvisor serve --ui`` on a real engine."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ try:
 except ImportError:  # pragma: no cover - the dev extra installs it
     sync_playwright = None  # type: ignore[assignment]
 
-#: The login link ``sbx serve --ui`` prints.
-LOGIN_URL = re.compile(r"(http://\S+/ui/login\?token=sbxl_[A-Za-z0-9_-]+)")
+#: The login link ``sandvisor serve --ui`` prints.
+LOGIN_URL = re.compile(r"(http://\S+/ui/login\?token=sandvisor_login_[A-Za-z0-9_-]+)")
 
 
 def _missing(why: str) -> None:
@@ -35,11 +35,11 @@ def _missing(why: str) -> None:
 
 
 def chromium_path() -> str:
-    """Debian's Chromium (``make browser`` installs it), or ``$SBX_CHROMIUM``."""
-    for name in (os.environ.get("SBX_CHROMIUM"), "chromium", "chromium-browser"):
+    """Debian's Chromium (``make browser`` installs it), or ``$SANDVISOR_CHROMIUM``."""
+    for name in (os.environ.get("SANDVISOR_CHROMIUM"), "chromium", "chromium-browser"):
         if name and (found := shutil.which(name)):
             return found
-    _missing("no chromium binary (run `make browser`, or set SBX_CHROMIUM)")
+    _missing("no chromium binary (run `make browser`, or set SANDVISOR_CHROMIUM)")
     raise AssertionError("unreachable")
 
 
@@ -103,7 +103,7 @@ class Ui:
             time.sleep(0.05)
 
     def login_url(self, token: str | None = None, ttl_s: float = 600) -> str:
-        """A new one-time link, as ``sbx ui`` gets it (the admin's, or a session token's)."""
+        """A new one-time link, as ``sandvisor ui`` gets it (the admin's, or a session token's)."""
         with self.api(token) as c:
             r = c.post("/ui/logins", json={"ttl_s": ttl_s})
             assert r.status_code == 201, r.text
@@ -118,7 +118,7 @@ class Ui:
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
-    """One ``sbx serve --ui`` for a module's tests (each test opens its own sessions)."""
+    """One ``sandvisor serve --ui`` for a module's tests (each test opens its own sessions)."""
     require_engine()
     root = tmp_path_factory.mktemp("ui")
     policies = root / "policies"

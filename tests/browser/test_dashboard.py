@@ -187,8 +187,8 @@ def test_refusals_without_login_and_from_foreign_origin(ui: Ui, page: Page) -> N
         for path in ("/ui/", "/ui/sessions/guarded", "/tasks", "/sessions", "/events/stream"):
             assert anon.get(path).status_code == 401, path
         assert anon.post("/ui/logins", json={}).status_code == 401
-        assert anon.get("/ui/login?token=sbxl_made-up").status_code == 401
-        assert anon.get("/ui/", headers={"Cookie": "sbx_ui_1=made-up"}).status_code == 401
+        assert anon.get("/ui/login?token=sandvisor_login_made-up").status_code == 401
+        assert anon.get("/ui/", headers={"Cookie": "sandvisor_ui_1=made-up"}).status_code == 401
         assert anon.get("/tasks", headers={"Origin": foreign}).status_code == 403
     with ui.tcp(Cookie=cookie) as logged_in:
         assert logged_in.get("/tasks").status_code == 200
@@ -207,20 +207,20 @@ def test_refusals_without_login_and_from_foreign_origin(ui: Ui, page: Page) -> N
         assert after.get("/tasks").status_code == 401
 
 
-def test_sbx_ui_prints_a_working_link(ui: Ui, page: Page) -> None:
+def test_sandvisor_ui_prints_a_working_link(ui: Ui, page: Page) -> None:
     token = ui.session("cli-login")
-    done = ui.daemon.sbx("ui")
+    done = ui.daemon.sandvisor("ui")
     assert done.returncode == 0, done.stderr
     url = done.stdout.decode().strip()
-    assert url.startswith(f"{ui.base}/ui/login?token=sbxl_")
+    assert url.startswith(f"{ui.base}/ui/login?token=sandvisor_login_")
     ui.login(page, url)
     expect(page.locator('#sessions-table tr[data-session-id="cli-login"]')).to_be_visible()
     # With a session's token, the link sees that session only.
-    ui.daemon.env["SBX_TOKEN"] = token
+    ui.daemon.env["SANDVISOR_TOKEN"] = token
     try:
-        scoped = ui.daemon.sbx("ui", "--json", "--ttl", "1m")
+        scoped = ui.daemon.sandvisor("ui", "--json", "--ttl", "1m")
     finally:
-        del ui.daemon.env["SBX_TOKEN"]
+        del ui.daemon.env["SANDVISOR_TOKEN"]
     assert scoped.returncode == 0, scoped.stderr
     other = page.context.browser.new_context()  # type: ignore[union-attr]
     try:

@@ -19,7 +19,7 @@ from tests.conftest import POLICIES
 COMPONENT_POLICIES = {
     "fake": """
 description = "component tests: 0.2 s grace, no stall watching"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 [timeouts]
 grace_s = 0.2
@@ -32,7 +32,7 @@ batch_window_ms = 0
 """,
     "warm": """
 description = "component tests: a warm pool of 2"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 warm_pool = 2
 [timeouts]
@@ -46,7 +46,7 @@ max_running_tasks = 4
 """,
     "stall": """
 description = "component tests: stall watching after 0.5 s"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 [timeouts]
 grace_s = 0.2
@@ -55,7 +55,7 @@ stall_after_s = 0.5
 """,
     "capped": """
 description = "component tests: at most 5 running tasks per session"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 [timeouts]
 grace_s = 0.2
@@ -66,7 +66,7 @@ max_running_tasks = 5
 """,
     "roomy": """
 description = "component tests: at most 8 running tasks per session"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 [timeouts]
 grace_s = 0.2
@@ -161,7 +161,7 @@ async def session(sup: Supervisor, sink: MemorySink) -> Session:
 
 def container(engine: FakeEngine, task_id: str) -> FakeContainer:
     """The task's container (named after the task, removed ones included)."""
-    return engine.container(f"sbx-{task_id}")
+    return engine.container(f"sandvisor-{task_id}")
 
 
 async def stored_events(session: Session) -> list[BaseEvent]:

@@ -25,7 +25,7 @@ def pooled(engine: FakeEngine) -> list[str]:
     return [
         c.name
         for c in engine.containers
-        if not c.gone and c.request.labels.get("io.sbx.kind") == "pooled"
+        if not c.gone and c.request.labels.get("io.sandvisor.kind") == "pooled"
     ]
 
 
@@ -39,7 +39,7 @@ async def test_warm_start_delivers_the_command_over_stdin(
     creates = sum(1 for method, _ in engine.calls if method == "create")
     task = await session.start(warm("greet"))
     # The task took a pooled container: its name, no create of its own.
-    assert f"sbx-{task.task_id}" in ready
+    assert f"sandvisor-{task.task_id}" in ready
     await session.wait_for(task.task_id, "^hello$", timeout_s=5)
     await session.send_input(task.task_id, "typed\n")
     final = await session.wait(task.task_id, timeout_s=5)
@@ -49,7 +49,7 @@ async def test_warm_start_delivers_the_command_over_stdin(
     # The command, the pool's sentinel line, then the task's own input, on one pipe.
     head, sentinel, rest = bytes(c.stdin).split(b"\n", 2)
     assert head == b"greet"
-    assert sentinel.startswith(b"sbx-start-")
+    assert sentinel.startswith(b"sandvisor-start-")
     assert rest == b"typed\n"
     assert c.request.command[:2] == ["/bin/sh", "-c"]
     assert "read -r l" in c.request.command[2]
@@ -139,7 +139,7 @@ async def test_a_warm_start_asks_the_engine_nothing_before_it_answers(
     before = len(engine.calls)
     ready = pooled(engine)
     task = await session.start(warm("greet"))
-    assert f"sbx-{task.task_id}" in ready
+    assert f"sandvisor-{task.task_id}" in ready
     assert [m for m, _ in engine.calls[before:] if m == "alive"] == []
     await session.wait(task.task_id, timeout_s=5)
     before = len(engine.calls)
@@ -158,7 +158,7 @@ async def test_a_ready_container_whose_connection_ended_is_skipped_and_removed(
     first, second = pooled(engine)
     engine.container(first).drop_streams()
     task = await session.start(warm("greet"))
-    assert f"sbx-{task.task_id}" == second
+    assert f"sandvisor-{task.task_id}" == second
     final = await session.wait(task.task_id, timeout_s=5)
     assert (final.status, Path(final.output_path).read_bytes()) == ("completed", b"hi\n")
     await engine.changes.until(lambda: engine.container(first).removed)
@@ -167,7 +167,7 @@ async def test_a_ready_container_whose_connection_ended_is_skipped_and_removed(
     for name in pooled(engine):
         engine.container(name).drop_streams()
     cold = await session.start(warm("greet"))
-    assert f"sbx-{cold.task_id}" not in pooled(engine)
+    assert f"sandvisor-{cold.task_id}" not in pooled(engine)
     final = await session.wait(cold.task_id, timeout_s=5)
     assert (final.status, Path(final.output_path).read_bytes()) == ("completed", b"hi\n")
 

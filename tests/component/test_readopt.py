@@ -57,7 +57,7 @@ async def rewrite_records(state_dir: Path, records: dict[str, tuple[str, TaskRec
 
 async def held_at(engine: FakeEngine, task_id: str, method: str) -> str:
     """Wait until the task's container got to ``method`` (held there by ``hang_next``)."""
-    name = f"sbx-{task_id}"
+    name = f"sandvisor-{task_id}"
     if method == "create":
         await called(engine, "create", name)
         return name
@@ -155,10 +155,10 @@ async def test_readoption_at_every_stage(runtime: Runtime, engine: FakeEngine) -
         assert isinstance(stopped, TaskStopped)
         assert (stopped.exit_code, stopped.output_bytes) == (code, len(output)), task_id
         # One container per task, never a second one, removed at the end.
-        assert [x.name for x in engine.containers].count(f"sbx-{task_id}") == 1, task_id
+        assert [x.name for x in engine.containers].count(f"sandvisor-{task_id}") == 1, task_id
         assert await removed(engine, task_id)
     # A got its container only now; B and F were started, not created again.
-    assert ("create", f"sbx-{a.task_id}") in engine.calls[mark:]
+    assert ("create", f"sandvisor-{a.task_id}") in engine.calls[mark:]
     assert calls_for(engine, b_cid, mark)[-1] == "remove"
     for task_id in (b.task_id, f.task_id):
         calls = calls_for(engine, container(engine, task_id).id, mark)

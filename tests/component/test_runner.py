@@ -68,7 +68,7 @@ async def test_cold_start_runs_captures_and_removes(
     c = container(engine, task.task_id)
     assert await removed(engine, task.task_id)
     assert c.request.command == ["/bin/sh", "-c", "exec 2>&1; make"]
-    assert c.request.labels["io.sbx.task"] == task.task_id
+    assert c.request.labels["io.sandvisor.task"] == task.task_id
     # A cold start: create, attach (before the start, so no byte is missed), start.
     methods = [m for m, target in engine.calls if target in (c.id, c.name)]
     assert methods[:3] == ["create", "attach", "start"]
@@ -94,7 +94,7 @@ async def test_cold_start_runs_captures_and_removes(
 
 
 async def test_missing_image_gives_one_task_failed(runtime: Runtime) -> None:
-    runtime.engine.images = {"sbx/debian:latest"}
+    runtime.engine.images = {"sandvisor/debian:latest"}
     sup = await runtime.supervisor()
     session = await sup.open_session("s1")
     task = await session.start(spec("true"))
@@ -182,7 +182,7 @@ async def test_stop_racing_a_natural_exit_gives_one_terminal_event(
 
     def gated(request: ContainerRequest) -> Script:
         # One gate per task (containers are created in whatever order the runners get to).
-        gate = gates[request.labels["io.sbx.task"]] = asyncio.Event()
+        gate = gates[request.labels["io.sandvisor.task"]] = asyncio.Event()
         return Script(Out("work\n"), WaitFor(gate), Exit(0))
 
     engine.script("racer", gated)
@@ -251,7 +251,7 @@ async def test_input_after_eof_or_with_closed_stdin_is_refused(
     closed = await session.start(spec("wait", stdin="closed"))
     with pytest.raises(StdinClosed, match="stdin=closed"):
         await session.send_input(closed.task_id, "x\n")
-    name = f"sbx-{closed.task_id}"
+    name = f"sandvisor-{closed.task_id}"
     await engine.changes.until(lambda: (c := engine.find(name)) is not None and c.running)
     c = container(engine, closed.task_id)
     assert c.stdin_closed

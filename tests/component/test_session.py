@@ -81,7 +81,7 @@ async def test_parallel_starts_respect_the_cap_counted_over_the_session(
     # All or nothing: a refused start left no container, record or event behind.
     await engine.changes.until(lambda: sum(c.running for c in engine.containers) == 8)
     assert len(engine.containers) == 8
-    assert {c.request.labels["io.sbx.task"] for c in engine.containers} == {
+    assert {c.request.labels["io.sandvisor.task"] for c in engine.containers} == {
         t.task_id for t in accepted
     }
     assert len(await sup.store.tasks("s1")) == 8
@@ -169,7 +169,7 @@ async def test_session_end_stops_everything_once_and_removes_containers(
     # One more is still being created when the session ends: it never runs.
     held = engine.hang_next("create")
     starting = await session.start(spec("serve"))
-    await called(engine, "create", f"sbx-{starting.task_id}")
+    await called(engine, "create", f"sandvisor-{starting.task_id}")
     ending = asyncio.ensure_future(session.end())
     await engine.changes.until(lambda: "SIGTERM" in container(engine, serve.task_id).signals)
     held.set()

@@ -1,4 +1,4 @@
-"""A real daemon (``sbx serve`` as a subprocess) for end-to-end tests through real clients."""
+"""A real daemon (``sandvisor serve`` as a subprocess) for end-to-end tests through real clients."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ import pytest
 from tests.conftest import require_engine
 
 REPO = Path(__file__).resolve().parents[2]
-SBX = [sys.executable, "-m", "supervisor.interfaces.cli.main"]
+SANDVISOR = [sys.executable, "-m", "supervisor.interfaces.cli.main"]
 
 
 @dataclass
 class Daemon:
-    """A running ``sbx serve``: where it listens and how to authenticate."""
+    """A running ``sandvisor serve``: where it listens and how to authenticate."""
 
     proc: subprocess.Popen[bytes]
     state_dir: Path
@@ -37,19 +37,19 @@ class Daemon:
         """httpx over the unix socket, authenticated as admin unless told otherwise."""
         return httpx.Client(
             transport=httpx.HTTPTransport(uds=str(self.socket)),
-            base_url="http://sbx",
+            base_url="http://sandvisor",
             headers={"Authorization": f"Bearer {token or self.token}"},
             timeout=60,
         )
 
-    def sbx(
+    def sandvisor(
         self,
         *args: str,
         input: bytes | None = None,
         timeout: float = 120,
         cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
-        """Run the ``sbx`` CLI against this daemon (in ``cwd``: the project it runs on)."""
+        """Run the ``sandvisor`` CLI against this daemon (in ``cwd``: the project it runs on)."""
         env = self.env
         if cwd is not None:
             # The package is imported from the checkout, wherever the command runs.
@@ -58,7 +58,7 @@ class Daemon:
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
             }
         return subprocess.run(
-            [*SBX, *args],
+            [*SANDVISOR, *args],
             env=env,
             input=input,
             capture_output=True,
@@ -86,21 +86,21 @@ def start_daemon(
     env_extra: dict[str, str] | None = None,
     nofile: tuple[int, int] | None = None,
 ) -> Daemon:
-    """Start ``sbx serve`` and wait until it answers (bounded). ``nofile``: the (soft, hard)
+    """Start ``sandvisor serve`` and wait until it answers (bounded). ``nofile``: the (soft, hard)
     open-files limit the daemon starts with."""
     state_dir.mkdir(parents=True, exist_ok=True)
     log = state_dir.parent / f"{state_dir.name}-daemon.log"
     env = {
         **os.environ,
-        "SBX_STATE_DIR": str(state_dir),
-        "SBX_POLICIES_DIR": str(policies_dir),
+        "SANDVISOR_STATE_DIR": str(state_dir),
+        "SANDVISOR_POLICIES_DIR": str(policies_dir),
         "PYTHONUNBUFFERED": "1",
     }
-    env.pop("SBX_URL", None)
-    env.pop("SBX_TOKEN", None)
-    env.pop("SBX_TEST_CRASH_AT", None)
+    env.pop("SANDVISOR_URL", None)
+    env.pop("SANDVISOR_TOKEN", None)
+    env.pop("SANDVISOR_TEST_CRASH_AT", None)
     env.update(env_extra or {})
-    args = [*SBX, "serve", "--state-dir", str(state_dir), "--policies-dir", str(policies_dir)]
+    args = [*SANDVISOR, "serve", "--state-dir", str(state_dir), "--policies-dir", str(policies_dir)]
     if stop_tasks_on_exit:
         args.append("--stop-tasks-on-exit")
     args += list(extra)
@@ -113,20 +113,20 @@ def start_daemon(
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"sbx serve exited with {proc.returncode}:\n{log.read_text()}")
+            raise RuntimeError(f"sandvisor serve exited with {proc.returncode}:\n{log.read_text()}")
         if info_file.exists():
             info = json.loads(info_file.read_text())
             sock = Path(info["socket"])
             try:
                 with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock))) as c:
-                    if c.get("http://sbx/healthz").status_code in (200, 503):
+                    if c.get("http://sandvisor/healthz").status_code in (200, 503):
                         token = (state_dir / "daemon" / "admin.token").read_text().strip()
                         return Daemon(proc, state_dir, sock, token, info.get("tcp"), log, env)
             except httpx.TransportError:
                 pass
         time.sleep(0.05)
     proc.kill()
-    raise RuntimeError(f"sbx serve did not answer within 30 s:\n{log.read_text()}")
+    raise RuntimeError(f"sandvisor serve did not answer within 30 s:\n{log.read_text()}")
 
 
 def projects_root(tmp_path: Path) -> Path:

@@ -26,7 +26,7 @@ def uds(daemon: Daemon, token: str | None) -> httpx.Client:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     return httpx.Client(
         transport=httpx.HTTPTransport(uds=str(daemon.socket)),
-        base_url="http://sbx",
+        base_url="http://sandvisor",
         headers=headers,
         timeout=60,
     )
@@ -113,7 +113,7 @@ def test_missing_or_bad_token_is_401(daemon: Daemon, two_sessions: dict[str, Any
     bad_headers: list[dict[str, str]] = [
         {},
         {"Authorization": "Bearer"},
-        {"Authorization": "Bearer sbxa_wrong"},
+        {"Authorization": "Bearer sandvisor_admin_wrong"},
         {"Authorization": f"Bearer {daemon.token}x"},
         {"Authorization": f"Basic {daemon.token}"},
         {"Authorization": daemon.token},
@@ -307,7 +307,7 @@ def test_private_file_modes(daemon: Daemon) -> None:
     assert stat.S_IMODE((daemon_dir / "admin.token").stat().st_mode) == 0o600
     assert stat.S_IMODE((daemon_dir / "daemon.json").stat().st_mode) == 0o600
     assert (daemon_dir / "admin.token").read_text().strip() == daemon.token
-    assert daemon.token.startswith("sbxa_")
+    assert daemon.token.startswith("sandvisor_admin_")
     # The token appears in no other file the daemon wrote (it stores digests only).
     with uds(daemon, daemon.token) as admin:
         session_token = admin.post("/sessions", json={"session_id": "files"}).json()["token"]
@@ -370,7 +370,7 @@ def test_tokens_compared_in_constant_time(tmp_path: Path, monkeypatch: pytest.Mo
     assert p is not None and (p.kind, p.session_id) == ("session", "s1")
     assert any(b == digest or a == digest for a, b in calls)
     calls.clear()
-    assert auth.check("sbxs_" + "A" * 43) is None
+    assert auth.check("sandvisor_session_" + "A" * 43) is None
     assert len(calls) >= 1  # the admin comparison runs even for unknown tokens
     # Compared as fixed-length digests: the token's length does not shape the comparison.
     assert all(len(a) == len(b) == 64 for a, b in calls)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.interfaces import client as client_mod
-from supervisor.interfaces.client import SbxClient, ensure_daemon
+from supervisor.interfaces import launch as launch_mod
+from supervisor.interfaces.client import SandvisorClient
+from supervisor.interfaces.launch import ensure_daemon
 from tests.conftest import require_engine
 from tests.e2e.conftest import Daemon, start_daemon
 
@@ -31,14 +32,14 @@ async def test_client_from_autostart_has_the_token_written_while_it_waited(
     tmp_path: Path, policies_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     require_engine()
-    for name in ("SBX_URL", "SBX_TOKEN", "SBX_SOCKET"):
+    for name in ("SANDVISOR_URL", "SANDVISOR_TOKEN", "SANDVISOR_SOCKET"):
         monkeypatch.delenv(name, raising=False)
     state = tmp_path / "state"
     started: list[Daemon] = []
-    real_reachable = SbxClient.reachable
+    real_reachable = SandvisorClient.reachable
     calls = 0
 
-    async def reachable(self: SbxClient) -> bool:
+    async def reachable(self: SandvisorClient) -> bool:
         nonlocal calls
         calls += 1
         if calls == 2:
@@ -48,8 +49,8 @@ async def test_client_from_autostart_has_the_token_written_while_it_waited(
             started.append(await asyncio.to_thread(start_daemon, state, policies_dir))
         return await real_reachable(self)
 
-    monkeypatch.setattr(SbxClient, "reachable", reachable)
-    monkeypatch.setattr(client_mod, "_spawn", lambda cmd, log_path: _Spawned())
+    monkeypatch.setattr(SandvisorClient, "reachable", reachable)
+    monkeypatch.setattr(launch_mod, "_spawn", lambda cmd, log_path: _Spawned())
     try:
         client = await ensure_daemon(state, quiet=True)
         async with client:

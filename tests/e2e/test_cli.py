@@ -1,4 +1,4 @@
-"""The ``sbx`` CLI as a client of a real daemon: run (foreground and background), ps, logs,
+"""The ``sandvisor`` CLI as a client of a real daemon: run (foreground and background), ps, logs,
 stop, input, wait, events, session; errors and help; starting a daemon when none runs."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import docker
 import pytest
 
 from tests.conftest import require_engine
-from tests.e2e.conftest import REPO, SBX, Daemon
+from tests.e2e.conftest import REPO, SANDVISOR, Daemon
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -29,7 +29,7 @@ def _owned_containers(state_dir: Path) -> list[str]:
     """Names of containers (running or not) whose owner is the daemon of ``state_dir``."""
     client = docker.APIClient(version="auto", timeout=10)
     lock = str(state_dir.resolve() / "supervisor.lock")
-    rows = client.containers(all=True, filters={"label": f"io.sbx.owner.lock={lock}"})
+    rows = client.containers(all=True, filters={"label": f"io.sandvisor.owner.lock={lock}"})
     return [r["Names"][0] for r in rows]
 
 
@@ -41,11 +41,11 @@ def cli(daemon: Daemon) -> Iterator[Daemon]:
     assert _owned_containers(daemon.state_dir) == []
 
 
-def sbx(
+def sandvisor(
     d: Daemon, *args: str, input: bytes = b"", timeout: float = 120
 ) -> subprocess.CompletedProcess[bytes]:
     """The CLI with an empty stdin (a foreground run forwards stdin to its task)."""
-    return d.sbx(*args, input=input, timeout=timeout)
+    return d.sandvisor(*args, input=input, timeout=timeout)
 
 
 def ok(result: subprocess.CompletedProcess[bytes]) -> str:
@@ -54,7 +54,7 @@ def ok(result: subprocess.CompletedProcess[bytes]) -> str:
 
 
 def start_bg(d: Daemon, command: str, *extra: str) -> str:
-    out = ok(sbx(d, "run", "--bg", "--policy", "fast", *extra, "--", command))
+    out = ok(sandvisor(d, "run", "--bg", "--policy", "fast", *extra, "--", command))
     lines = out.splitlines()
     assert len(lines) == 2, out  # piped: the id and the output path, nothing else
     assert TASK_ID.match(lines[0]), out
@@ -64,7 +64,7 @@ def start_bg(d: Daemon, command: str, *extra: str) -> str:
 
 def popen(d: Daemon, *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [*SBX, *args],
+        [*SANDVISOR, *args],
         env=d.env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -102,17 +102,19 @@ def blocks(xml: str) -> list[str]:
 def test_round_trip_bg_ps_logs_stop_events(cli: Daemon) -> None:
     tid = start_bg(cli, "echo ready; i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done")
 
-    tasks = json.loads(ok(sbx(cli, "ps", "--json")))
+    tasks = json.loads(ok(sandvisor(cli, "ps", "--json")))
     [mine] = [t for t in tasks if t["task_id"] == tid]
     assert mine["session_id"] == "default"
     assert mine["policy"] == "fast"
     assert mine["status"] in ("starting", "running")
 
-    assert ok(sbx(cli, "wait", "--pattern", "^tick 2$", "--timeout", "30s", tid)) == "tick 2\n"
+    assert (
+        ok(sandvisor(cli, "wait", "--pattern", "^tick 2$", "--timeout", "30s", tid)) == "tick 2\n"
+    )
     follower = popen(cli, "logs", "-f", tid)
     try:
         read_until(follower, b"tick 3\n")
-        stopped = ok(sbx(cli, "stop", tid))
+        stopped = ok(sandvisor(cli, "stop", tid))
         assert stopped.strip() == f"{tid} killed, user stopped"
         _, err = follower.communicate(timeout=30)
     finally:
@@ -122,20 +124,20 @@ def test_round_trip_bg_ps_logs_stop_events(cli: Daemon) -> None:
     assert follower.returncode == 0, err
     # -f ended by itself once the task had ended.
 
-    xml = ok(sbx(cli, "events", "--format", "xml"))
+    xml = ok(sandvisor(cli, "events", "--format", "xml"))
     [note] = [b for b in blocks(xml) if f"<task-id>{tid}</task-id>" in b]
     assert "<status>killed</status>" in note
     assert "<reason>user_stopped</reason>" in note
 
-    lines = [json.loads(line) for line in ok(sbx(cli, "events")).splitlines()]
+    lines = [json.loads(line) for line in ok(sandvisor(cli, "events")).splitlines()]
     types = [e["type"] for e in lines if e["task_id"] == tid]
     assert types[0] == "task.started" and types[-1] == "task.stopped"
     seqs = [e["seq"] for e in lines]
     assert seqs == sorted(seqs)
-    later = ok(sbx(cli, "events", "--since", str(seqs[-1])))
+    later = ok(sandvisor(cli, "events", "--since", str(seqs[-1])))
     assert later == ""
 
-    again = sbx(cli, "stop", tid)
+    again = sandvisor(cli, "stop", tid)
     assert again.returncode == 1
     assert b"already ended (killed, user stopped)" in again.stderr
     assert b"Traceback" not in again.stderr
@@ -143,17 +145,17 @@ def test_round_trip_bg_ps_logs_stop_events(cli: Daemon) -> None:
 
 def test_logs_follow_prints_everything_then_exits(cli: Daemon) -> None:
     tid = start_bg(cli, "for i in 1 2 3; do echo part$i; sleep 0.3; done")
-    out = ok(sbx(cli, "logs", "-f", tid, timeout=60))
+    out = ok(sandvisor(cli, "logs", "-f", tid, timeout=60))
     assert out == "part1\npart2\npart3\n"
     # Without -f a finished task prints the same and returns.
-    assert ok(sbx(cli, "logs", tid)) == out
+    assert ok(sandvisor(cli, "logs", tid)) == out
 
 
 # -- foreground ---------------------------------------------------------------------------
 
 
 def test_foreground_streams_output_and_exits_with_the_exit_code(cli: Daemon) -> None:
-    result = sbx(
+    result = sandvisor(
         cli, "run", "--no-workspace", "--policy", "fast", "--", "sh", "-c", "echo out; exit 3"
     )
     assert result.returncode == 3, result.stderr
@@ -163,23 +165,23 @@ def test_foreground_streams_output_and_exits_with_the_exit_code(cli: Daemon) -> 
 
 def test_foreground_timeout_exits_124(cli: Daemon) -> None:
     started = time.monotonic()
-    result = sbx(cli, "run", "--policy", "fast", "--timeout", "1s", "--", "sleep", "10")
+    result = sandvisor(cli, "run", "--policy", "fast", "--timeout", "1s", "--", "sleep", "10")
     assert result.returncode == 124, result.stderr
     assert b"was killed: it reached its timeout (1s)" in result.stderr
     assert time.monotonic() - started < 9
 
 
 def test_foreground_forwards_stdin(cli: Daemon) -> None:
-    result = sbx(cli, "run", "--policy", "fast", "--", "tr a-z A-Z", input=b"hello\nworld\n")
+    result = sandvisor(cli, "run", "--policy", "fast", "--", "tr a-z A-Z", input=b"hello\nworld\n")
     assert result.returncode == 0, result.stderr
     assert result.stdout == b"HELLO\nWORLD\n"
 
 
 def test_foreground_start_failure_exits_125(cli: Daemon) -> None:
-    result = sbx(cli, "run", "--policy", "missingimage", "--", "true")
+    result = sandvisor(cli, "run", "--policy", "missingimage", "--", "true")
     assert result.returncode == 125
     assert b"failed to start" in result.stderr and b"not present" in result.stderr
-    unknown = sbx(cli, "run", "--policy", "no-such-policy", "--", "true")
+    unknown = sandvisor(cli, "run", "--policy", "no-such-policy", "--", "true")
     assert unknown.returncode == 125
     assert b"unknown policy 'no-such-policy'" in unknown.stderr
     assert b"Traceback" not in result.stderr + unknown.stderr
@@ -197,7 +199,7 @@ def test_ctrl_c_stops_the_foreground_task(cli: Daemon) -> None:
             proc.wait()
     assert proc.returncode == 130, err
     assert b"stopping task" in err
-    [task] = json.loads(ok(sbx(cli, "ps", "--json")))
+    [task] = json.loads(ok(sandvisor(cli, "ps", "--json")))
     assert task["status"] == "killed"
     assert task["reason"] == "user_stopped"
 
@@ -207,57 +209,59 @@ def test_ctrl_c_stops_the_foreground_task(cli: Daemon) -> None:
 
 def test_wait_pattern(cli: Daemon) -> None:
     tid = start_bg(cli, "echo booting; sleep 0.5; echo 'listening on 8080'; sleep 60")
-    found = sbx(cli, "wait", "--pattern", "listening on [0-9]+", "--timeout", "30s", tid)
+    found = sandvisor(cli, "wait", "--pattern", "listening on [0-9]+", "--timeout", "30s", tid)
     assert ok(found) == "listening on 8080\n"
-    as_json = json.loads(ok(sbx(cli, "wait", "--json", "--pattern", "booting", tid)))
+    as_json = json.loads(ok(sandvisor(cli, "wait", "--json", "--pattern", "booting", tid)))
     assert as_json["matched"] is True and as_json["line"] == "booting"
 
-    missing = sbx(cli, "wait", "--pattern", "never printed", "--timeout", "500ms", tid)
+    missing = sandvisor(cli, "wait", "--pattern", "never printed", "--timeout", "500ms", tid)
     assert missing.returncode == 1
     assert b"within 0.5s" in missing.stderr
 
-    still = sbx(cli, "wait", "--timeout", "500ms", tid)
+    still = sandvisor(cli, "wait", "--timeout", "500ms", tid)
     assert still.returncode == 1
     assert b"still running" in still.stderr
-    ok(sbx(cli, "stop", tid))
+    ok(sandvisor(cli, "stop", tid))
 
     done = start_bg(cli, "echo only this")
-    assert ok(sbx(cli, "wait", done)) == f"{done} completed, exit code 0\n"
-    ended = sbx(cli, "wait", "--pattern", "something else", done)
+    assert ok(sandvisor(cli, "wait", done)) == f"{done} completed, exit code 0\n"
+    ended = sandvisor(cli, "wait", "--pattern", "something else", done)
     assert ended.returncode == 2
     assert b"without printing a line matching" in ended.stderr
 
 
 def test_input_reaches_the_task(cli: Daemon) -> None:
     tid = start_bg(cli, "read x; echo got:$x")
-    assert ok(sbx(cli, "input", tid, "hello")) == ""
-    assert ok(sbx(cli, "wait", tid)).endswith("completed, exit code 0\n")
-    assert ok(sbx(cli, "logs", tid)) == "got:hello\n"
+    assert ok(sandvisor(cli, "input", tid, "hello")) == ""
+    assert ok(sandvisor(cli, "wait", tid)).endswith("completed, exit code 0\n")
+    assert ok(sandvisor(cli, "logs", tid)) == "got:hello\n"
 
     raw = start_bg(cli, "cat")
-    ok(sbx(cli, "input", "--eof", raw, "-", input=b"bytes \xff\x00 as they are"))
-    ok(sbx(cli, "wait", raw))
-    out = sbx(cli, "logs", raw)
+    ok(sandvisor(cli, "input", "--eof", raw, "-", input=b"bytes \xff\x00 as they are"))
+    ok(sandvisor(cli, "wait", raw))
+    out = sandvisor(cli, "logs", raw)
     assert out.stdout == b"bytes \xff\x00 as they are"
 
-    closed = sbx(cli, "input", raw, "too late")
+    closed = sandvisor(cli, "input", raw, "too late")
     assert closed.returncode == 1
     assert b"has ended" in closed.stderr
 
 
 def test_logs_tail(cli: Daemon) -> None:
     tid = start_bg(cli, "for i in 1 2 3 4 5; do echo line$i; done")
-    ok(sbx(cli, "wait", tid))
-    assert ok(sbx(cli, "logs", "--tail", "2", tid)) == "line4\nline5\n"
-    assert ok(sbx(cli, "logs", "--tail", "0", tid)) == ""
-    assert ok(sbx(cli, "logs", "--tail", "99", tid)) == "".join(f"line{i}\n" for i in range(1, 6))
-    body = json.loads(ok(sbx(cli, "logs", "--json", "--tail", "1", tid)))
+    ok(sandvisor(cli, "wait", tid))
+    assert ok(sandvisor(cli, "logs", "--tail", "2", tid)) == "line4\nline5\n"
+    assert ok(sandvisor(cli, "logs", "--tail", "0", tid)) == ""
+    assert ok(sandvisor(cli, "logs", "--tail", "99", tid)) == "".join(
+        f"line{i}\n" for i in range(1, 6)
+    )
+    body = json.loads(ok(sandvisor(cli, "logs", "--json", "--tail", "1", tid)))
     assert body["text"] == "line5\n" and body["eof"] is True and body["lossy"] is False
 
     # Longer than the first read-back step (64 KiB): the tail reads further back.
     big = start_bg(cli, "i=0; while [ $i -lt 3000 ]; do printf '%050d\\n' $i; i=$((i+1)); done")
-    ok(sbx(cli, "wait", big))
-    last = ok(sbx(cli, "logs", "--tail", "2000", big)).splitlines()
+    ok(sandvisor(cli, "wait", big))
+    last = ok(sandvisor(cli, "logs", "--tail", "2000", big)).splitlines()
     assert len(last) == 2000
     assert last[0] == f"{1000:050d}" and last[-1] == f"{2999:050d}"
 
@@ -267,7 +271,7 @@ def test_logs_tail(cli: Daemon) -> None:
 
 def test_ps_piped_is_plain(cli: Daemon) -> None:
     tid = start_bg(cli, "sleep 60", "--description", "two\twords\nand lines")
-    out = ok(sbx(cli, "ps"))
+    out = ok(sandvisor(cli, "ps"))
     lines = out.splitlines()
     assert len(lines) == 1  # no header, no rule, no decoration
     fields = lines[0].split("\t")
@@ -275,19 +279,19 @@ def test_ps_piped_is_plain(cli: Daemon) -> None:
     assert fields[2] in ("starting", "running")
     assert fields[-1] == "two words and lines"
     assert len(fields) == 6
-    assert ok(sbx(cli, "ps", "--session", "nobody-used-this")) == ""
-    ok(sbx(cli, "stop", tid))
-    assert ok(sbx(cli, "ps", "--active")) == ""
+    assert ok(sandvisor(cli, "ps", "--session", "nobody-used-this")) == ""
+    ok(sandvisor(cli, "stop", tid))
+    assert ok(sandvisor(cli, "ps", "--active")) == ""
 
 
 def test_sessions_and_following_events_until_the_session_ends(cli: Daemon) -> None:
     follower = popen(cli, "events", "-f", "--session", "s2")
     try:
         tid = start_bg(cli, "echo one; sleep 60", "--session", "s2")
-        assert ok(sbx(cli, "wait", "--pattern", "one", tid))  # found without --session
-        listed = ok(sbx(cli, "session", "list")).splitlines()
+        assert ok(sandvisor(cli, "wait", "--pattern", "one", tid))  # found without --session
+        listed = ok(sandvisor(cli, "session", "list")).splitlines()
         assert any(line.split("\t")[0] == "s2" for line in listed)
-        ended = json.loads(ok(sbx(cli, "session", "end", "s2", "--json")))
+        ended = json.loads(ok(sandvisor(cli, "session", "end", "s2", "--json")))
         assert ended == {
             "session_id": "s2",
             "ended": True,
@@ -303,9 +307,9 @@ def test_sessions_and_following_events_until_the_session_ends(cli: Daemon) -> No
     events = [json.loads(line) for line in out.decode().splitlines()]
     assert [e["type"] for e in events][-2:] == ["task.stopped", "session.ended"]
     assert events[-2]["reason"] == "session_ended"
-    gone = sbx(cli, "session", "end", "s2")
+    gone = sandvisor(cli, "session", "end", "s2")
     assert gone.returncode == 1
-    assert gone.stderr.strip() == b"sbx: error: no open session 's2'"
+    assert gone.stderr.strip() == b"sandvisor: error: no open session 's2'"
 
 
 # -- errors and help -----------------------------------------------------------------------
@@ -316,11 +320,11 @@ def test_bad_duration_names_the_option(cli: Daemon) -> None:
         ["run", "--timeout", "5parsecs", "--", "true"],
         ["wait", "--timeout", "5parsecs", "bg-00000000"],
     ):
-        result = sbx(cli, *args)
+        result = sandvisor(cli, *args)
         assert result.returncode == 2, result
         assert b"argument --timeout: invalid duration '5parsecs'" in result.stderr
         assert b"Traceback" not in result.stderr
-    env = sbx(cli, "run", "--env", "NOEQUALS", "--", "true")
+    env = sandvisor(cli, "run", "--env", "NOEQUALS", "--", "true")
     assert env.returncode == 2
     assert b"argument --env" in env.stderr
 
@@ -333,23 +337,23 @@ def test_unknown_task_is_a_clear_error(cli: Daemon) -> None:
         ["input", "bg-00000000", "x"],
         ["logs", "--session", "default", "bg-00000000"],
     ):
-        result = sbx(cli, *args)
+        result = sandvisor(cli, *args)
         assert result.returncode == 1, (args, result)
         lines = result.stderr.decode().splitlines()
         assert len(lines) == 1, lines
-        assert lines[0].startswith("sbx: error: no task 'bg-00000000' in ")
+        assert lines[0].startswith("sandvisor: error: no task 'bg-00000000' in ")
 
 
-def test_over_loopback_tcp_with_sbx_url_and_token(cli: Daemon) -> None:
-    """$SBX_URL and $SBX_TOKEN point the CLI at the daemon's TCP listener (no autostart);
+def test_over_loopback_tcp_with_sandvisor_url_and_token(cli: Daemon) -> None:
+    """$SANDVISOR_URL and $SANDVISOR_TOKEN point the CLI at the daemon's TCP listener (no autostart);
     a wrong token and a port nobody listens on are one-line errors."""
     assert cli.tcp is not None
     port = cli.tcp.rsplit(":", 1)[1]
-    tcp = {**cli.env, "SBX_URL": f"http://localhost:{port}", "SBX_TOKEN": cli.token}
+    tcp = {**cli.env, "SANDVISOR_URL": f"http://localhost:{port}", "SANDVISOR_TOKEN": cli.token}
 
     def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            [*SBX, *args], env=env, input=b"", capture_output=True, timeout=120, check=False
+            [*SANDVISOR, *args], env=env, input=b"", capture_output=True, timeout=120, check=False
         )
 
     tid = ok(run(tcp, "run", "--bg", "--policy", "fast", "--", "echo over tcp")).splitlines()[0]
@@ -358,17 +362,19 @@ def test_over_loopback_tcp_with_sbx_url_and_token(cli: Daemon) -> None:
     [task] = json.loads(ok(run(tcp, "ps", "--json")))
     assert task["task_id"] == tid
 
-    refused = run({**tcp, "SBX_TOKEN": "not-the-token"}, "ps")
+    refused = run({**tcp, "SANDVISOR_TOKEN": "not-the-token"}, "ps")
     assert refused.returncode == 1
-    assert refused.stderr == b"sbx: error: missing or invalid bearer token\n"
+    assert refused.stderr == b"sandvisor: error: missing or invalid bearer token\n"
 
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         nobody = free.getsockname()[1]
-    gone = run({**tcp, "SBX_URL": f"http://127.0.0.1:{nobody}"}, "ps")
+    gone = run({**tcp, "SANDVISOR_URL": f"http://127.0.0.1:{nobody}"}, "ps")
     assert gone.returncode == 1
     [line] = gone.stderr.decode().splitlines()
-    assert line.startswith("sbx: error: cannot reach the daemon or start one: http://127.0.0.1:")
+    assert line.startswith(
+        "sandvisor: error: cannot reach the daemon or start one: http://127.0.0.1:"
+    )
 
 
 def _subcommands() -> list[list[str]]:
@@ -394,7 +400,7 @@ def test_help_for_every_subcommand() -> None:
     assert {"session", "session list", "session end"} <= names
     procs = {
         " ".join(c): subprocess.Popen(
-            [*SBX, *c, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
+            [*SANDVISOR, *c, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
         )
         for c in commands
     }
@@ -402,7 +408,7 @@ def test_help_for_every_subcommand() -> None:
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, (name, err)
         assert b"examples" in out, name
-        assert out.startswith(b"usage: sbx " + name.encode()), name
+        assert out.startswith(b"usage: sandvisor " + name.encode()), name
 
 
 # -- a daemon started on demand ---------------------------------------------------------------
@@ -422,17 +428,17 @@ def test_cli_starts_a_daemon_when_none_runs(tmp_path: Path, policies_dir: Path) 
     state = tmp_path / "fresh-state"
     env = {
         **os.environ,
-        "SBX_STATE_DIR": str(state),
-        "SBX_POLICIES_DIR": str(policies_dir),
+        "SANDVISOR_STATE_DIR": str(state),
+        "SANDVISOR_POLICIES_DIR": str(policies_dir),
         # Leave nothing running if the test fails before it stops the daemon cleanly.
-        "SBX_DAEMON_ARGS": "--stop-tasks-on-exit",
+        "SANDVISOR_DAEMON_ARGS": "--stop-tasks-on-exit",
     }
-    for name in ("SBX_URL", "SBX_TOKEN", "SBX_SESSION", "SBX_SOCKET"):
+    for name in ("SANDVISOR_URL", "SANDVISOR_TOKEN", "SANDVISOR_SESSION", "SANDVISOR_SOCKET"):
         env.pop(name, None)
 
     def run(*args: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            [*SBX, *args], env=env, input=b"", capture_output=True, timeout=120, check=False
+            [*SANDVISOR, *args], env=env, input=b"", capture_output=True, timeout=120, check=False
         )
 
     info_file = state / "daemon" / "daemon.json"

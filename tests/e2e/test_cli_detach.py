@@ -1,5 +1,5 @@
-"""``sbx run`` in the foreground on a real terminal (a pty): Ctrl-Z detaches and the task
-runs on, Ctrl-C stops it. And the warm pool as ``sbx ps --all`` and ``/healthz`` count it."""
+"""``sandvisor run`` in the foreground on a real terminal (a pty): Ctrl-Z detaches and the task
+runs on, Ctrl-C stops it. And the warm pool as ``sandvisor ps --all`` and ``/healthz`` count it."""
 
 from __future__ import annotations
 
@@ -20,19 +20,19 @@ import pytest
 
 from supervisor.core.labels import LABEL_SESSION
 from supervisor.runtime.ownership import LOCK_NAME
-from tests.e2e.conftest import SBX, Daemon
+from tests.e2e.conftest import SANDVISOR, Daemon
 from tests.e2e.test_cli import cli, ok
 
 __all__ = ["cli"]  # the fixture, used by name
 
 pytestmark = pytest.mark.timeout(180)
 
-_DETACHED = re.compile(rb"sbx: detached; task (bg-[0-9a-f]+) keeps running in session (\S+)")
+_DETACHED = re.compile(rb"sandvisor: detached; task (bg-[0-9a-f]+) keeps running in session (\S+)")
 
 
 @dataclass
 class Terminal:
-    """``sbx`` with a pty as its controlling terminal: keys typed there become signals to it,
+    """``sandvisor`` with a pty as its controlling terminal: keys typed there become signals to it,
     as in an interactive shell (the line discipline turns ^Z into SIGTSTP, ^C into SIGINT)."""
 
     proc: subprocess.Popen[bytes]
@@ -65,10 +65,10 @@ class Terminal:
 @contextmanager
 def terminal(d: Daemon, *args: str) -> Iterator[Terminal]:
     master, slave = os.openpty()
-    # setsid --ctty: a session of its own with the pty as controlling terminal, so that sbx
+    # setsid --ctty: a session of its own with the pty as controlling terminal, so that sandvisor
     # is its foreground process group (then exec: same pid).
     proc = subprocess.Popen(
-        ["setsid", "--ctty", *SBX, *args],
+        ["setsid", "--ctty", *SANDVISOR, *args],
         env=d.env,
         stdin=slave,
         stdout=slave,
@@ -85,7 +85,7 @@ def terminal(d: Daemon, *args: str) -> Iterator[Terminal]:
 
 
 def task_of(d: Daemon, tid: str) -> dict[str, object]:
-    [task] = [t for t in json.loads(ok(d.sbx("ps", "--json"))) if t["task_id"] == tid]
+    [task] = [t for t in json.loads(ok(d.sandvisor("ps", "--json"))) if t["task_id"] == tid]
     return dict(task)
 
 
@@ -95,21 +95,21 @@ def test_ctrl_z_detaches_and_the_task_runs_on(cli: Daemon) -> None:
     ) as term:
         term.read_until(b"started")
         term.type(b"\x1a")  # Ctrl-Z
-        screen = term.read_until(b"stop: sbx stop")
+        screen = term.read_until(b"stop: sandvisor stop")
         assert term.exit_code() == 0, screen
     match = _DETACHED.search(screen)
     assert match, screen
     tid = match.group(1).decode()
-    assert f"follow: sbx logs -f {tid}".encode() in screen
-    assert f"wait: sbx wait --timeout 1h {tid}".encode() in screen
-    assert f"input: sbx input {tid} TEXT".encode() in screen  # its stdin is a pipe
+    assert f"follow: sandvisor logs -f {tid}".encode() in screen
+    assert f"wait: sandvisor wait --timeout 1h {tid}".encode() in screen
+    assert f"input: sandvisor input {tid} TEXT".encode() in screen  # its stdin is a pipe
     assert b"stopping task" not in screen
 
     # Still running, and still reading: input sent from elsewhere reaches it.
     assert task_of(cli, tid)["status"] == "running"
-    ok(cli.sbx("input", tid, "hello"))
-    assert ok(cli.sbx("wait", "--timeout", "30s", tid)) == f"{tid} completed, exit code 0\n"
-    assert ok(cli.sbx("logs", tid)) == "started\ngot hello\n"
+    ok(cli.sandvisor("input", tid, "hello"))
+    assert ok(cli.sandvisor("wait", "--timeout", "30s", tid)) == f"{tid} completed, exit code 0\n"
+    assert ok(cli.sandvisor("logs", tid)) == "started\ngot hello\n"
 
 
 def test_ctrl_c_on_the_terminal_stops_the_task(cli: Daemon) -> None:
@@ -119,7 +119,7 @@ def test_ctrl_c_on_the_terminal_stops_the_task(cli: Daemon) -> None:
         screen = term.read_until(b"stopping task")
         assert term.exit_code() == 130, screen
     assert b"detached" not in screen
-    [task] = json.loads(ok(cli.sbx("ps", "--json")))
+    [task] = json.loads(ok(cli.sandvisor("ps", "--json")))
     assert (task["status"], task["reason"]) == ("killed", "user_stopped")
 
 
@@ -128,14 +128,16 @@ def shared_pool_containers(state: Path) -> int:
     lock = str(state.resolve() / LOCK_NAME)
     client = docker.APIClient(version="auto", timeout=10)
     try:
-        rows = client.containers(filters={"label": f"io.sbx.owner.lock={lock}"})
+        rows = client.containers(filters={"label": f"io.sandvisor.owner.lock={lock}"})
     finally:
         client.close()
     return sum(1 for r in rows if r["Labels"].get(LABEL_SESSION) == "")
 
 
 def test_the_warm_pool_is_counted_in_healthz_and_ps_all(cli: Daemon) -> None:
-    anon = httpx.Client(transport=httpx.HTTPTransport(uds=str(cli.socket)), base_url="http://sbx")
+    anon = httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(cli.socket)), base_url="http://sandvisor"
+    )
     deadline = time.monotonic() + 60
     with anon:
         # The shipped default policy keeps 2 ready (warm_pool = 2); the daemon fills it as
@@ -146,8 +148,10 @@ def test_the_warm_pool_is_counted_in_healthz_and_ps_all(cli: Daemon) -> None:
     assert pool == {"containers": 2, "ready": {"default": 2}}
     assert shared_pool_containers(cli.state_dir) == 2
 
-    rows = [line.split("\t") for line in ok(cli.sbx("ps", "--all")).splitlines()]
+    rows = [line.split("\t") for line in ok(cli.sandvisor("ps", "--all")).splitlines()]
     assert ["pool", "-", "pool", "2 ready", "-", "warm containers of policy default"] in rows
     # Without --all: tasks only (there are none).
-    assert ok(cli.sbx("ps")) == ""
-    assert all(t["task_id"] != "pool" for t in json.loads(ok(cli.sbx("ps", "--all", "--json"))))
+    assert ok(cli.sandvisor("ps")) == ""
+    assert all(
+        t["task_id"] != "pool" for t in json.loads(ok(cli.sandvisor("ps", "--all", "--json")))
+    )

@@ -52,7 +52,7 @@ def one_cycle(base: Path, policies: Path, point: str, cycle: int, rng: random.Ra
     crash = f"{point}:{rng.randint(200, len(EXPECTED) - 200)}" if point == "mid_stream" else point
     kind = "monitor" if cycle % 2 else "background"
     first = start_daemon(
-        state, policies, stop_tasks_on_exit=False, env_extra={"SBX_TEST_CRASH_AT": crash}
+        state, policies, stop_tasks_on_exit=False, env_extra={"SANDVISOR_TEST_CRASH_AT": crash}
     )
     tid = None
     with first.client() as c:
@@ -110,7 +110,7 @@ def one_cycle(base: Path, policies: Path, point: str, cycle: int, rng: random.Ra
     if rc != 0:
         return f"{point}#{cycle}: restarted daemon exited {rc}"
     left = docker.APIClient(version="auto").containers(
-        all=True, filters={"label": f"io.sbx.task={tid}"}
+        all=True, filters={"label": f"io.sandvisor.task={tid}"}
     )
     if left:
         return f"{point}#{cycle}: container of {tid} left behind"
@@ -206,7 +206,7 @@ def test_kill_9_while_a_reattach_holds_the_container_paused(
         state,
         policies_dir,
         stop_tasks_on_exit=False,
-        env_extra={"SBX_TEST_CRASH_AT": "mid_stream:800"},
+        env_extra={"SANDVISOR_TEST_CRASH_AT": "mid_stream:800"},
     )
     with first.client() as c:
         c.post("/sessions", json={"session_id": "s"}).raise_for_status()
@@ -222,7 +222,7 @@ def test_kill_9_while_a_reattach_holds_the_container_paused(
             state,
             policies_dir,
             stop_tasks_on_exit=False,
-            env_extra={"SBX_TEST_CRASH_AT": REATTACH_PAUSED},
+            env_extra={"SANDVISOR_TEST_CRASH_AT": REATTACH_PAUSED},
         )
     except RuntimeError as exc:  # it died before it answered
         died_early = str(exc)
@@ -231,7 +231,7 @@ def test_kill_9_while_a_reattach_holds_the_container_paused(
     else:
         assert second.proc.wait(timeout=120) == -9
     engine = docker.APIClient(version="auto")
-    (container,) = engine.containers(all=True, filters={"label": f"io.sbx.task={tid}"})
+    (container,) = engine.containers(all=True, filters={"label": f"io.sandvisor.task={tid}"})
     assert engine.inspect_container(container["Id"])["State"]["Status"] == "paused"
     third = start_daemon(state, policies_dir, stop_tasks_on_exit=True)
     try:
@@ -252,4 +252,4 @@ def test_kill_9_while_a_reattach_holds_the_container_paused(
             c.delete("/sessions/s").raise_for_status()
     finally:
         assert third.stop() == 0
-    assert not engine.containers(all=True, filters={"label": f"io.sbx.task={tid}"})
+    assert not engine.containers(all=True, filters={"label": f"io.sandvisor.task={tid}"})

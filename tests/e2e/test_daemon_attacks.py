@@ -38,7 +38,7 @@ class HealthProbe:
     def _run(self) -> None:
         with httpx.Client(
             transport=httpx.HTTPTransport(uds=str(self.daemon.socket)),
-            base_url="http://sbx",
+            base_url="http://sandvisor",
             timeout=60,
         ) as c:
             while not self._stop.is_set():
@@ -67,7 +67,7 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 def daemon(tmp_path: Path, policies_dir: Path) -> Iterator[Daemon]:
     (policies_dir / "capped.toml").write_text(
         'description = "tests: 8 running tasks per session"\n'
-        'image = "sbx/minimal:latest"\nworking_dir = "/tmp"\n'
+        'image = "sandvisor/minimal:latest"\nworking_dir = "/tmp"\n'
         "[timeouts]\ngrace_s = 1.0\n[session]\nmax_running_tasks = 8\n"
     )
     with running(tmp_path, policies_dir) as d:

@@ -40,7 +40,7 @@ class Follower:
         self.ready = threading.Event()
         self.client = httpx.Client(
             transport=httpx.HTTPTransport(uds=str(daemon.socket)),
-            base_url="http://sbx",
+            base_url="http://sandvisor",
             headers={"Authorization": f"Bearer {token}"},
             timeout=httpx.Timeout(60, read=None),
         )

@@ -25,7 +25,7 @@ from tests.e2e.conftest import Daemon, start_daemon
 pytestmark = [pytest.mark.timeout(240), pytest.mark.e2e]
 
 MIB = 1024 * 1024
-PARTIAL_HEAD = b"GET /healthz HTTP/1.1\r\nHost: sbx\r\n"
+PARTIAL_HEAD = b"GET /healthz HTTP/1.1\r\nHost: sandvisor\r\n"
 
 
 @contextlib.contextmanager
@@ -113,7 +113,7 @@ def open_fds(pid: int) -> int:
 
 
 def head(method: str, path: str, token: str | None, **headers: str) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: sbx", "Content-Type: application/json"]
+    lines = [f"{method} {path} HTTP/1.1", "Host: sandvisor", "Content-Type: application/json"]
     if token:
         lines.append(f"Authorization: Bearer {token}")
     lines += [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
@@ -123,7 +123,9 @@ def head(method: str, path: str, token: str | None, **headers: str) -> bytes:
 def healthz_latencies(daemon: Daemon, n: int) -> list[float]:
     out = []
     with httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(daemon.socket)), base_url="http://sbx", timeout=30
+        transport=httpx.HTTPTransport(uds=str(daemon.socket)),
+        base_url="http://sandvisor",
+        timeout=30,
     ) as c:
         for _ in range(n):
             t0 = time.perf_counter()
@@ -262,7 +264,7 @@ def test_deadlines_and_connection_cap(tmp_path: Path, policies_dir: Path) -> Non
     args = ("--listen", "127.0.0.1:0", "--header-timeout", "1s", "--body-timeout", "1s")
     with running(tmp_path, policies_dir, *args, "--max-connections", "20") as d:
         assert d.tcp is not None
-        tcp_head = PARTIAL_HEAD.replace(b"Host: sbx", f"Host: {d.tcp}".encode())
+        tcp_head = PARTIAL_HEAD.replace(b"Host: sandvisor", f"Host: {d.tcp}".encode())
         held = []
         for _ in range(20):
             s = connect(d, tcp=True)

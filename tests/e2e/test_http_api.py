@@ -73,7 +73,7 @@ class HttpxTransport:
     def __init__(self, daemon: Daemon) -> None:
         self._client = httpx.Client(
             transport=httpx.HTTPTransport(uds=str(daemon.socket)),
-            base_url="http://sbx",
+            base_url="http://sandvisor",
             timeout=120,
         )
 
@@ -104,7 +104,7 @@ class CurlTransport:
 
     def __init__(self, daemon: Daemon) -> None:
         self._socket = str(daemon.socket)
-        self._dir = Path(tempfile.mkdtemp(prefix="sbx-curl-"))
+        self._dir = Path(tempfile.mkdtemp(prefix="sandvisor-curl-"))
         self._n = 0
 
     def __call__(
@@ -121,7 +121,7 @@ class CurlTransport:
 
         self._n += 1
         head, body = self._dir / f"{self._n}.h", self._dir / f"{self._n}.b"
-        url = "http://sbx" + path + ("?" + urlencode(params) if params else "")
+        url = "http://sandvisor" + path + ("?" + urlencode(params) if params else "")
         argv = ["curl", "-sS", "--max-time", "120", "--unix-socket", self._socket, "-X", method]
         argv += ["-D", str(head), "-o", str(body), "-w", "%{http_code}"]
         for name, value in (headers or {}).items():
@@ -205,7 +205,7 @@ def test_task_lifecycle(daemon: Daemon, send: Send) -> None:
     assert created["ended"] is False
     assert created["tasks"] == 0
     tok = created["token"]
-    assert tok.startswith("sbxs_")
+    assert tok.startswith("sandvisor_session_")
     assert len(tok) > 40
     base = f"/sessions/{sid}"
 
@@ -409,7 +409,7 @@ def test_task_lifecycle(daemon: Daemon, send: Send) -> None:
     r = send("GET", f"{base}/notifications", token=tok, params={"format": "xml"})
     assert r.status == 200
     assert r.headers["content-type"].startswith("application/xml")
-    assert int(r.headers["x-sbx-last-seq"]) == 4
+    assert int(r.headers["x-sandvisor-last-seq"]) == 4
     blocks = re.findall(r"<task-notification>.*?</task-notification>", r.text, re.S)
     assert len(blocks) == 2
     assert f"<task-id>{tid}</task-id>" in blocks[0]
@@ -756,7 +756,7 @@ def test_durations_as_strings_take_effect(daemon: Daemon, admin: httpx.Client) -
 
 def test_healthz_and_openapi(daemon: Daemon) -> None:
     anon = httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(daemon.socket)), base_url="http://sbx"
+        transport=httpx.HTTPTransport(uds=str(daemon.socket)), base_url="http://sandvisor"
     )
     with anon:
         r = anon.get("/healthz")
@@ -865,16 +865,16 @@ def check_openapi_is_exact(doc: dict[str, Any]) -> None:
     assert "/docs" not in doc["paths"]
 
 
-async def test_sbx_client_round_trip(daemon: Daemon) -> None:
+async def test_sandvisor_client_round_trip(daemon: Daemon) -> None:
     """The project's own async client (what the CLI and MCP server use) against the daemon."""
     from supervisor.core.errors import TaskNotRunning, Unauthorized  # noqa: PLC0415
-    from supervisor.interfaces.client import SbxClient  # noqa: PLC0415
+    from supervisor.interfaces.client import SandvisorClient  # noqa: PLC0415
 
-    async with SbxClient(socket_path=daemon.socket, token=daemon.token) as admin:
+    async with SandvisorClient(socket_path=daemon.socket, token=daemon.token) as admin:
         assert (await admin.healthz())["engine"]["ok"] is True
         created = await admin.create_session("client")
         assert [s["session_id"] for s in await admin.sessions()] == ["client"]
-    async with SbxClient(socket_path=daemon.socket, token=created["token"]) as c:
+    async with SandvisorClient(socket_path=daemon.socket, token=created["token"]) as c:
         info = await c.start(
             "client",
             {"command": "echo ready; read x; printf 'got %s\\n' \"$x\"", "policy": "fast"},
@@ -928,9 +928,9 @@ async def test_a_start_can_answer_with_its_first_output(daemon: Daemon) -> None:
     """``wait_output_s``: one round trip starts the command and brings what it printed
     first; without it the answer is the task alone. A silent task answers when the wait
     runs out; one that already ended answers with ``eof``."""
-    from supervisor.interfaces.client import SbxClient  # noqa: PLC0415
+    from supervisor.interfaces.client import SandvisorClient  # noqa: PLC0415
 
-    async with SbxClient(socket_path=daemon.socket, token=daemon.token) as c:
+    async with SandvisorClient(socket_path=daemon.socket, token=daemon.token) as c:
         await c.create_session("first")
         spec = {"command": "echo one; sleep 60", "policy": "fast"}
         task = await c.start("first", spec, wait_output_s=30)

@@ -1,4 +1,4 @@
-"""``sbx mcp`` through the official MCP Python client (stdio), against a real daemon."""
+"""``sandvisor mcp`` through the official MCP Python client (stdio), against a real daemon."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def text_of(result: types.CallToolResult) -> str:
 
 @asynccontextmanager
 async def mcp_client(daemon: Daemon, *extra: str, cwd: Path = REPO) -> AsyncIterator[Mcp]:
-    """``sbx mcp`` as a stdio subprocess of the official client, on the fixture's daemon,
+    """``sandvisor mcp`` as a stdio subprocess of the official client, on the fixture's daemon,
     started in ``cwd`` (as agent clients start it in their project)."""
     env = {**daemon.env, "PYTHONPATH": str(REPO)}
     params = StdioServerParameters(
@@ -362,7 +362,7 @@ async def test_sigterm_ends_the_session(daemon: Daemon) -> None:
                 "clientInfo": {"name": "raw", "version": "0"},
             },
         )
-        assert init["serverInfo"]["name"] == "sbx"
+        assert init["serverInfo"]["name"] == "sandvisor"
         initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
         await proc.stdin.send(json.dumps(initialized).encode() + b"\n")
         result = await request(
@@ -410,9 +410,9 @@ async def test_input_and_explicit_background_timeout(daemon: Daemon) -> None:
         assert match, started
         asker = match.group(1)
         await mcp.ok("task_wait", task_id=asker, pattern=r"name\?")
-        sent = await mcp.ok("task_input", task_id=asker, text="sbx\n", eof=True)
+        sent = await mcp.ok("task_input", task_id=asker, text="sandvisor\n", eof=True)
         assert "Sent 4 character(s)" in sent and "EOF" in sent
-        assert "got sbx" in await mcp.ok("task_wait", task_id=asker, pattern="^got ")
+        assert "got sandvisor" in await mcp.ok("task_wait", task_id=asker, pattern="^got ")
         ended = await mcp.ok("task_wait", task_id=asker)
         assert "completed, exit code 0" in ended
 

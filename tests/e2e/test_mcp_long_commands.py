@@ -1,4 +1,4 @@
-"""Long commands through ``sbx mcp`` and the official MCP client, on a real daemon and
+"""Long commands through ``sandvisor mcp`` and the official MCP client, on a real daemon and
 engine: log polls (``tail_every_minutes``), foreground commands moved to the background
 instead of killed, and ``persistent`` background commands."""
 
@@ -21,7 +21,7 @@ _MOVED = re.compile(r"moved to the background \(it was not stopped\): ID (bg-[0-
 #: A policy whose default timeout is short, so "outlives the default timeout" takes seconds.
 SHORT_LIFE = """
 description = "tests: 3 s default timeout, persistent tasks allowed"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 [timeouts]
 default_ms = 3000
@@ -127,7 +127,7 @@ async def test_polls_carry_tails_in_later_results_once_each_and_stop_at_the_end(
 async def test_a_long_foreground_command_moves_to_the_background_after_30s(
     daemon: Daemon,
 ) -> None:
-    """The default: ``sbx mcp`` with no option moves it after 30 s."""
+    """The default: ``sandvisor mcp`` with no option moves it after 30 s."""
     async with mcp_client(daemon, "--policy", "fast") as mcp:
         began = time.monotonic()
         result = await mcp.ok("bash", command="sleep 45; echo done", description="slow one")

@@ -17,19 +17,19 @@ pytestmark = pytest.mark.timeout(180)
 
 #: Every name the issue fixes (histograms and counters as their samples are named).
 NAMES = (
-    "sbx_tasks_running",
-    "sbx_tasks_started_total",
-    "sbx_tasks_ended_total",
-    "sbx_task_start_seconds_bucket",
-    "sbx_task_start_seconds_count",
-    "sbx_task_start_seconds_sum",
-    "sbx_output_bytes_total",
-    "sbx_stalls_total",
-    "sbx_events_total",
-    "sbx_sink_lag_events",
-    "sbx_engine_up",
-    "sbx_pool_ready",
-    "sbx_sessions_open",
+    "sandvisor_tasks_running",
+    "sandvisor_tasks_started_total",
+    "sandvisor_tasks_ended_total",
+    "sandvisor_task_start_seconds_bucket",
+    "sandvisor_task_start_seconds_count",
+    "sandvisor_task_start_seconds_sum",
+    "sandvisor_output_bytes_total",
+    "sandvisor_stalls_total",
+    "sandvisor_events_total",
+    "sandvisor_sink_lag_events",
+    "sandvisor_engine_up",
+    "sandvisor_pool_ready",
+    "sandvisor_sessions_open",
 )
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -85,15 +85,15 @@ def until_metric(c: httpx.Client, name: str, want: float, **labels: str) -> None
 
 def test_metrics_need_the_admin_token(daemon: Daemon) -> None:
     anon = httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(daemon.socket)), base_url="http://sbx"
+        transport=httpx.HTTPTransport(uds=str(daemon.socket)), base_url="http://sandvisor"
     )
     with anon:
         r = anon.get("/metrics")
         assert r.status_code == 401
         assert r.json()["error"]["code"] == "unauthorized"
-        assert anon.get("/metrics", headers={"Authorization": "Bearer sbxa_wrong"}).status_code == (
-            401
-        )
+        assert anon.get(
+            "/metrics", headers={"Authorization": "Bearer sandvisor_admin_wrong"}
+        ).status_code == (401)
     with daemon.client() as admin:
         token = admin.post("/sessions", json={"session_id": "peek"}).json()["token"]
     with daemon.client(token=token) as session_client:
@@ -105,7 +105,7 @@ def test_metrics_need_the_admin_token(daemon: Daemon) -> None:
         assert tcp.get("/metrics").status_code == 401
         r = tcp.get("/metrics", headers={"Authorization": f"Bearer {daemon.token}"})
         assert r.status_code == 200
-        assert "sbx_engine_up 1.0" in r.text
+        assert "sandvisor_engine_up 1.0" in r.text
         # Prometheus asks for OpenMetrics first; the answer then is OpenMetrics.
         r = tcp.get(
             "/metrics",
@@ -124,9 +124,9 @@ def test_metrics_count_the_tasks_this_test_ran(daemon: Daemon) -> None:
         first = scrape(c)
         for name in NAMES:
             assert any(n == name for n, _ in first), f"{name} missing"
-        assert value(first, "sbx_engine_up") == 1
-        assert value(first, "sbx_sessions_open") == 0
-        assert value(first, "sbx_tasks_ended_total", reason="exit") == 0
+        assert value(first, "sandvisor_engine_up") == 1
+        assert value(first, "sandvisor_sessions_open") == 0
+        assert value(first, "sandvisor_tasks_ended_total", reason="exit") == 0
 
         assert c.post("/sessions", json={"session_id": sid}).status_code == 201
         ok = start(c, sid, command="echo hello", policy="fast")
@@ -144,7 +144,7 @@ def test_metrics_count_the_tasks_this_test_ran(daemon: Daemon) -> None:
         # The first task of a pooled policy starts cold and fills the pool; the next is warm.
         cold = start(c, sid, command="echo w1", policy="warm")
         assert wait(c, sid, cold)["exit_code"] == 0
-        until_metric(c, "sbx_pool_ready", 2, policy="warm")
+        until_metric(c, "sandvisor_pool_ready", 2, policy="warm")
         warm = start(c, sid, command="echo w2", policy="warm")
         assert wait(c, sid, warm)["exit_code"] == 0
 
@@ -152,42 +152,42 @@ def test_metrics_count_the_tasks_this_test_ran(daemon: Daemon) -> None:
         # Running once its command started (a task still starting counts as running too,
         # but ending the session then would end it before task.started).
         wait_event(c, sid, left, "task.started")
-        until_metric(c, "sbx_tasks_running", 1)
+        until_metric(c, "sandvisor_tasks_running", 1)
         during = scrape(c)
-        assert value(during, "sbx_sessions_open") == 1
-        assert value(during, "sbx_sink_lag_events") == 0
+        assert value(during, "sandvisor_sessions_open") == 1
+        assert value(during, "sandvisor_sink_lag_events") == 0
         assert c.delete(f"/sessions/{sid}").status_code == 200
         assert c.get(f"/sessions/{sid}/tasks/{left}").status_code == 404
 
         m = scrape(c)
-    assert value(m, "sbx_tasks_running") == 0
-    assert value(m, "sbx_sessions_open") == 0
-    assert value(m, "sbx_engine_up") == 1
+    assert value(m, "sandvisor_tasks_running") == 0
+    assert value(m, "sandvisor_sessions_open") == 0
+    assert value(m, "sandvisor_engine_up") == 1
     # Started: the tasks whose command ran, by policy (the missing image never ran).
-    assert value(m, "sbx_tasks_started_total", policy="fast") == 4
-    assert value(m, "sbx_tasks_started_total", policy="strict") == 1
-    assert value(m, "sbx_tasks_started_total", policy="warm") == 2
-    assert value(m, "sbx_tasks_started_total", policy="missingimage") == 0
+    assert value(m, "sandvisor_tasks_started_total", policy="fast") == 4
+    assert value(m, "sandvisor_tasks_started_total", policy="strict") == 1
+    assert value(m, "sandvisor_tasks_started_total", policy="warm") == 2
+    assert value(m, "sandvisor_tasks_started_total", policy="missingimage") == 0
     # Ended, by reason.
-    assert value(m, "sbx_tasks_ended_total", reason="exit") == 4
-    assert value(m, "sbx_tasks_ended_total", reason="timeout") == 1
-    assert value(m, "sbx_tasks_ended_total", reason="user_stopped") == 1
-    assert value(m, "sbx_tasks_ended_total", reason="session_ended") == 1
-    assert value(m, "sbx_tasks_ended_total", reason="failed") == 1
-    assert value(m, "sbx_tasks_ended_total", reason="lost") == 0
-    assert value(m, "sbx_stalls_total") == 1
-    assert value(m, "sbx_events_total", type="task.started") == 7
-    assert value(m, "sbx_events_total", type="task.stopped") == 7
-    assert value(m, "sbx_events_total", type="task.failed") == 1
-    assert value(m, "sbx_events_total", type="task.stalled") == 1
-    assert value(m, "sbx_events_total", type="session.ended") == 1
+    assert value(m, "sandvisor_tasks_ended_total", reason="exit") == 4
+    assert value(m, "sandvisor_tasks_ended_total", reason="timeout") == 1
+    assert value(m, "sandvisor_tasks_ended_total", reason="user_stopped") == 1
+    assert value(m, "sandvisor_tasks_ended_total", reason="session_ended") == 1
+    assert value(m, "sandvisor_tasks_ended_total", reason="failed") == 1
+    assert value(m, "sandvisor_tasks_ended_total", reason="lost") == 0
+    assert value(m, "sandvisor_stalls_total") == 1
+    assert value(m, "sandvisor_events_total", type="task.started") == 7
+    assert value(m, "sandvisor_events_total", type="task.stopped") == 7
+    assert value(m, "sandvisor_events_total", type="task.failed") == 1
+    assert value(m, "sandvisor_events_total", type="task.stalled") == 1
+    assert value(m, "sandvisor_events_total", type="session.ended") == 1
     # Output: exactly what the commands printed.
-    assert value(m, "sbx_output_bytes_total") == len(b"hello\noops\nw1\nw2\n")
+    assert value(m, "sandvisor_output_bytes_total") == len(b"hello\noops\nw1\nw2\n")
     # First bytes: three cold starts printed something, one warm start did.
-    assert value(m, "sbx_task_start_seconds_count", path="cold") == 3
-    assert value(m, "sbx_task_start_seconds_count", path="warm") == 1
-    assert value(m, "sbx_task_start_seconds_bucket", path="warm", le="+Inf") == 1
-    cold_s = value(m, "sbx_task_start_seconds_sum", path="cold")
-    warm_s = value(m, "sbx_task_start_seconds_sum", path="warm")
+    assert value(m, "sandvisor_task_start_seconds_count", path="cold") == 3
+    assert value(m, "sandvisor_task_start_seconds_count", path="warm") == 1
+    assert value(m, "sandvisor_task_start_seconds_bucket", path="warm", le="+Inf") == 1
+    cold_s = value(m, "sandvisor_task_start_seconds_sum", path="cold")
+    warm_s = value(m, "sandvisor_task_start_seconds_sum", path="warm")
     assert 0 < warm_s < 5
     assert 0 < cold_s < 60

@@ -59,7 +59,7 @@ def run_until_death(state: Path, policies: Path, step: str) -> tuple[list[str], 
     ids of the tasks it accepted and its exit code (None: it did not die)."""
     try:
         first = start_daemon(
-            state, policies, stop_tasks_on_exit=False, env_extra={"SBX_TEST_CRASH_AT": step}
+            state, policies, stop_tasks_on_exit=False, env_extra={"SANDVISOR_TEST_CRASH_AT": step}
         )
     except RuntimeError:
         return [], -9  # died while it started (a warm container made at once)
@@ -118,7 +118,7 @@ def one_cycle(base: Path, policies: Path, step: str, cycle: int) -> str:
         problems.append(f"{where}: the restarted daemon exited {rc}")
     left = containers_of(state)
     if left:
-        kinds = sorted(labels.get("io.sbx.kind", "?") for labels in left.values())
+        kinds = sorted(labels.get("io.sandvisor.kind", "?") for labels in left.values())
         problems.append(f"{where}: {len(left)} container(s) left behind: {kinds}")
     return "; ".join(p for p in problems if p)
 

@@ -72,7 +72,7 @@ def test_sse_resume_with_last_event_id(daemon: Daemon) -> None:
     api = daemon.client(token=tok)
     stream_client = httpx.Client(
         transport=httpx.HTTPTransport(uds=str(daemon.socket)),
-        base_url="http://sbx",
+        base_url="http://sandvisor",
         headers={"Authorization": f"Bearer {tok}"},
         timeout=httpx.Timeout(60, read=60),
     )

@@ -1,4 +1,4 @@
-"""``sbx top`` against a real daemon: the ``--json`` snapshot (admin: every session; a
+"""``sandvisor top`` against a real daemon: the ``--json`` snapshot (admin: every session; a
 session token: its own), the table when piped, and the live view in a pseudo-terminal,
 showing a task as it starts and ends, and quitting on ``q`` and on Ctrl-C."""
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import SBX, Daemon
+from tests.e2e.conftest import SANDVISOR, Daemon
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,7 +58,7 @@ def test_json_snapshot_admin_and_session_token(daemon: Daemon) -> None:
     running = start(daemon, "alpha", "exec sleep 60", persistent=True)
     other = start(daemon, "bravo", "exec sleep 60", kind="monitor")
 
-    snap = json.loads(ok(daemon.sbx("top", "--json")))
+    snap = json.loads(ok(daemon.sandvisor("top", "--json")))
     assert set(snap) == {"taken_at", "sessions", "tasks"}
     assert abs(snap["taken_at"] - time.time()) < 60
     assert {s["session_id"] for s in snap["sessions"]} == {"alpha", "bravo"}
@@ -70,21 +70,21 @@ def test_json_snapshot_admin_and_session_token(daemon: Daemon) -> None:
     assert alpha["states"].get("completed") == 1
     assert sum(alpha["states"].values()) == 2
 
-    active = json.loads(ok(daemon.sbx("top", "--json", "--active")))
+    active = json.loads(ok(daemon.sandvisor("top", "--json", "--active")))
     assert {t["task_id"] for t in active["tasks"]} == {running, other}
-    only = json.loads(ok(daemon.sbx("top", "--json", "--session", "bravo")))
+    only = json.loads(ok(daemon.sandvisor("top", "--json", "--session", "bravo")))
     assert [t["task_id"] for t in only["tasks"]] == [other]
 
     # A session's token sees its own session only, without being told which.
-    env = {**daemon.env, "SBX_TOKEN": token_a}
+    env = {**daemon.env, "SANDVISOR_TOKEN": token_a}
     mine = subprocess.run(
-        [*SBX, "top", "--json"], env=env, capture_output=True, timeout=60, check=False
+        [*SANDVISOR, "top", "--json"], env=env, capture_output=True, timeout=60, check=False
     )
     view = json.loads(ok(mine))
     assert [s["session_id"] for s in view["sessions"]] == ["alpha"]
     assert {t["task_id"] for t in view["tasks"]} == {done, running}
     refused = subprocess.run(
-        [*SBX, "top", "--json", "--session", "bravo"],
+        [*SANDVISOR, "top", "--json", "--session", "bravo"],
         env=env,
         capture_output=True,
         timeout=60,
@@ -94,7 +94,7 @@ def test_json_snapshot_admin_and_session_token(daemon: Daemon) -> None:
     assert b"Traceback" not in refused.stderr
 
     # Piped without --json: the table once, tab-separated, no header.
-    rows = [line.split("\t") for line in ok(daemon.sbx("top")).splitlines()]
+    rows = [line.split("\t") for line in ok(daemon.sandvisor("top")).splitlines()]
     by_id = {r[0]: r for r in rows}
     assert set(by_id) == {done, running, other}
     assert by_id[done][2:4] == ["completed", "exit 0"]
@@ -104,13 +104,13 @@ def test_json_snapshot_admin_and_session_token(daemon: Daemon) -> None:
 
 
 class Pty:
-    """``sbx top`` on a pseudo-terminal of 120x30, its screen read as it comes."""
+    """``sandvisor top`` on a pseudo-terminal of 120x30, its screen read as it comes."""
 
     def __init__(self, daemon: Daemon, *args: str) -> None:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
         self.proc = subprocess.Popen(
-            [*SBX, "top", *args],
+            [*SANDVISOR, "top", *args],
             env={**daemon.env, "TERM": "xterm"},
             stdin=slave,
             stdout=slave,
@@ -173,7 +173,7 @@ def top_pty(daemon: Daemon) -> Iterator[Pty]:
 
 def test_live_view_shows_a_task_and_quits_on_q(daemon: Daemon, top_pty: Pty) -> None:
     open_session(daemon, "live")
-    first = top_pty.read_until(b"sbx top")
+    first = top_pty.read_until(b"sandvisor top")
     assert b"\x1b[?1049h" in first  # the alternate screen
     tid = start(daemon, "live", "read x; echo got $x", description="asks for x", stall_after="1s")
     shown = top_pty.read_until(tid.encode())
@@ -198,7 +198,7 @@ def test_live_view_shows_a_task_and_quits_on_q(daemon: Daemon, top_pty: Pty) -> 
 
 
 def test_live_view_quits_on_ctrl_c(daemon: Daemon, top_pty: Pty) -> None:
-    top_pty.read_until(b"sbx top")
+    top_pty.read_until(b"sandvisor top")
     top_pty.read_until(b"no tasks")
     top_pty.send(b"\x03")  # the terminal turns it into SIGINT
     assert top_pty.wait() == 0

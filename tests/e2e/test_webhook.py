@@ -34,7 +34,7 @@ class Receiver:
     delivered: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     attempts: list[int] = field(default_factory=list)
-    """The X-Sbx-Seq of every request, accepted or not."""
+    """The X-Sandvisor-Seq of every request, accepted or not."""
     bad_signatures: int = 0
     cond: threading.Condition = field(default_factory=threading.Condition)
 
@@ -47,16 +47,16 @@ def make_handler(rx: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
-            stamp = self.headers.get("X-Sbx-Timestamp", "")
+            stamp = self.headers.get("X-Sandvisor-Timestamp", "")
             expected = (
                 "sha256="
                 + hmac.new(SECRET, stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
             )
-            good = hmac.compare_digest(self.headers.get("X-Sbx-Signature", ""), expected) and (
-                abs(time.time() - int(stamp or 0)) < 300
-            )
+            good = hmac.compare_digest(
+                self.headers.get("X-Sandvisor-Signature", ""), expected
+            ) and (abs(time.time() - int(stamp or 0)) < 300)
             with rx.cond:
-                rx.attempts.append(int(self.headers.get("X-Sbx-Seq", "-1")))
+                rx.attempts.append(int(self.headers.get("X-Sandvisor-Seq", "-1")))
                 if not good:
                     rx.bad_signatures += 1
                     status = 401
@@ -162,9 +162,9 @@ def test_webhook_retries_in_order_and_signed(
     assert rx.attempts[4:] == list(range(2, len(got) + 1))
     for event, headers in zip(got, rx.headers, strict=True):
         assert headers["content-type"] == "application/json"
-        assert headers["x-sbx-event"] == event["type"]
-        assert headers["x-sbx-seq"] == str(event["seq"])
-        assert headers["x-sbx-session"] == "hooked"
+        assert headers["x-sandvisor-event"] == event["type"]
+        assert headers["x-sandvisor-seq"] == str(event["seq"])
+        assert headers["x-sandvisor-session"] == "hooked"
     assert end_s < 10
 
 
@@ -215,7 +215,7 @@ def test_dead_webhook_never_blocks_the_session(
             assert admin.get("/healthz").json()["running_tasks"] == 0
             assert admin.get("/sessions").json() == []
             with httpx.Client(
-                transport=httpx.HTTPTransport(uds=str(d.socket)), base_url="http://sbx"
+                transport=httpx.HTTPTransport(uds=str(d.socket)), base_url="http://sandvisor"
             ) as anon:
                 assert anon.get("/healthz").status_code == 200
         t0 = time.monotonic()

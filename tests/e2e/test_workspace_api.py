@@ -78,7 +78,7 @@ def open_session(c: httpx.Client, sid: str, path: Path, mode: str = "overlay") -
 def volumes_of(sid: str) -> list[str]:
     client = docker.from_env()
     try:
-        return [v.name for v in client.volumes.list() if v.name.startswith(f"sbx-ws-{sid}-")]
+        return [v.name for v in client.volumes.list() if v.name.startswith(f"sandvisor-ws-{sid}-")]
     finally:
         client.close()
 
@@ -245,7 +245,7 @@ def test_token_rules_and_an_ended_sessions_kept_changes(daemon: Daemon, tmp_path
 def policies_dir(policies_dir: Path) -> Path:
     """The test policies, plus one that refuses root-owned workspaces."""
     (policies_dir / "refuse.toml").write_text(
-        'image = "sbx/minimal:latest"\nworkspace_root_owner = "refuse"\n'
+        'image = "sandvisor/minimal:latest"\nworkspace_root_owner = "refuse"\n'
     )
     return policies_dir
 

@@ -1,4 +1,4 @@
-"""``sbx run`` on the current directory and ``sbx workspace``, through the real CLI against a
+"""``sandvisor run`` on the current directory and ``sandvisor workspace``, through the real CLI against a
 real daemon: a project's command runs on it, the changes are listed, diffed, applied (busy
 and conflict errors say what to do), undone and discarded; one session per directory."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import SBX, Daemon, projects_root
+from tests.e2e.conftest import SANDVISOR, Daemon, projects_root
 from tests.e2e.projects import contents, make_project, tree_hash
 
 pytestmark = pytest.mark.timeout(180)
@@ -20,9 +20,9 @@ pytestmark = pytest.mark.timeout(180)
 FILES = {"a.txt": "v1\n", "c.txt": "delete me\n", "src/main.py": "print('main')\n"}
 
 
-def sbx(d: Daemon, cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+def sandvisor(d: Daemon, cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     """The CLI, run in ``cwd`` with an empty stdin."""
-    return d.sbx(*args, input=b"", cwd=cwd)
+    return d.sandvisor(*args, input=b"", cwd=cwd)
 
 
 def ok(result: subprocess.CompletedProcess[bytes]) -> str:
@@ -34,19 +34,19 @@ def failed(result: subprocess.CompletedProcess[bytes]) -> str:
     """stderr of a command that must have failed cleanly."""
     assert result.returncode != 0, (result.stdout, result.stderr)
     err = result.stderr.decode()
-    assert "Traceback" not in err and err.startswith("sbx: error: "), err
+    assert "Traceback" not in err and err.startswith("sandvisor: error: "), err
     return err
 
 
 def session_ids(d: Daemon, cwd: Path) -> list[str]:
-    return [s["session_id"] for s in json.loads(ok(sbx(d, cwd, "session", "list", "--json")))]
+    return [s["session_id"] for s in json.loads(ok(sandvisor(d, cwd, "session", "list", "--json")))]
 
 
 def test_run_review_apply_undo_discard(daemon: Daemon, tmp_path: Path) -> None:
     project = make_project(projects_root(tmp_path) / "my app", FILES)
     pristine = tree_hash(project)
     out = ok(
-        sbx(
+        sandvisor(
             daemon,
             project,
             "run",
@@ -60,41 +60,41 @@ def test_run_review_apply_undo_discard(daemon: Daemon, tmp_path: Path) -> None:
     assert tree_hash(project) == pristine
     [sid] = session_ids(daemon, project)
     assert re.fullmatch(r"ws-my-app-[0-9a-f]{10}", sid), sid
-    [row] = ok(sbx(daemon, project, "session", "list")).splitlines()
+    [row] = ok(sandvisor(daemon, project, "session", "list")).splitlines()
     assert row.startswith(f"{sid}\t1\t0\t") and row.endswith(f"\t{project} (overlay)")
 
-    listed = json.loads(ok(sbx(daemon, project, "workspace", "changes", "--json")))
+    listed = json.loads(ok(sandvisor(daemon, project, "workspace", "changes", "--json")))
     assert {c["path"]: c["kind"] for c in listed} == {
         "a.txt": "modified",
         "b.txt": "added",
         "c.txt": "deleted",
     }
-    rows = ok(sbx(daemon, project, "workspace", "changes")).splitlines()
+    rows = ok(sandvisor(daemon, project, "workspace", "changes")).splitlines()
     assert rows == ["modified\ta.txt\t3\t", "added\tb.txt\t4\t", "deleted\tc.txt\t\t"]
-    with_ignored = ok(sbx(daemon, project, "workspace", "changes", "--ignored"))
+    with_ignored = ok(sandvisor(daemon, project, "workspace", "changes", "--ignored"))
     assert "node_modules/\t\tignored" in with_ignored
-    diff = ok(sbx(daemon, project, "workspace", "diff"))
+    diff = ok(sandvisor(daemon, project, "workspace", "diff"))
     assert "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-v1\n+v2\n" in diff
     assert "deleted file mode 100644" in diff
 
     # A task still runs: apply names it and says how to go on; nothing is written.
-    bg = ok(sbx(daemon, project, "run", "--bg", "--policy", "fast", "--", "exec sleep 300"))
+    bg = ok(sandvisor(daemon, project, "run", "--bg", "--policy", "fast", "--", "exec sleep 300"))
     task_id = bg.splitlines()[0]
-    busy = failed(sbx(daemon, project, "workspace", "apply"))
+    busy = failed(sandvisor(daemon, project, "workspace", "apply"))
     assert task_id in busy and "--stop-tasks" in busy, busy
     assert tree_hash(project) == pristine
 
     # A host edit since the session started: refused, the path listed, --force explained.
     (project / "a.txt").write_text("host\n")
     edited = tree_hash(project)
-    conflict = failed(sbx(daemon, project, "workspace", "apply", "--stop-tasks"))
+    conflict = failed(sandvisor(daemon, project, "workspace", "apply", "--stop-tasks"))
     assert "\n  a.txt\n" in conflict and "--force" in conflict, conflict
     assert tree_hash(project) == edited
 
-    applied = ok(sbx(daemon, project, "workspace", "apply", "--force"))
+    applied = ok(sandvisor(daemon, project, "workspace", "apply", "--force"))
     assert applied.startswith("applied 3 change(s) to the project: 1 created, 1 overwritten")
     assert "overwrote 1 host edit(s): a.txt" in applied
-    assert "sbx workspace undo" in applied
+    assert "sandvisor workspace undo" in applied
     assert contents(project) == {
         "a.txt": "v2\n",
         "b.txt": "new\n",
@@ -102,34 +102,34 @@ def test_run_review_apply_undo_discard(daemon: Daemon, tmp_path: Path) -> None:
     }
     assert os.stat(project / "b.txt").st_uid == 1000
 
-    undone = ok(sbx(daemon, project, "workspace", "undo"))
+    undone = ok(sandvisor(daemon, project, "workspace", "undo"))
     assert "2 path(s) restored, 1 removed" in undone, undone
     assert tree_hash(project) == edited
-    nothing = failed(sbx(daemon, project, "workspace", "undo"))
+    nothing = failed(sandvisor(daemon, project, "workspace", "undo"))
     assert "nothing to undo" in nothing
 
-    ok(sbx(daemon, project, "workspace", "discard"))
-    assert ok(sbx(daemon, project, "workspace", "changes", "--json")) == "[]\n"
+    ok(sandvisor(daemon, project, "workspace", "discard"))
+    assert ok(sandvisor(daemon, project, "workspace", "changes", "--json")) == "[]\n"
     assert tree_hash(project) == edited
 
     # The session ends; nothing is left to review, so nothing is kept.
-    ended = ok(sbx(daemon, project, "session", "end"))
+    ended = ok(sandvisor(daemon, project, "session", "end"))
     assert ended.startswith(f"session {sid} ended") and "kept" not in ended
 
     # Elsewhere, the directory's session is named; an ended one with kept changes answers.
-    ok(sbx(daemon, project, "run", "--policy", "fast", "--", "echo kept > kept.txt"))
-    assert "its workspace changes are kept" in ok(sbx(daemon, project, "session", "end"))
+    ok(sandvisor(daemon, project, "run", "--policy", "fast", "--", "echo kept > kept.txt"))
+    assert "its workspace changes are kept" in ok(sandvisor(daemon, project, "session", "end"))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    named = ok(sbx(daemon, elsewhere, "workspace", "changes", "--json", "--session", sid))
+    named = ok(sandvisor(daemon, elsewhere, "workspace", "changes", "--json", "--session", sid))
     assert [c["path"] for c in json.loads(named)] == ["kept.txt"]
-    ok(sbx(daemon, elsewhere, "workspace", "apply", "--session", sid))
+    ok(sandvisor(daemon, elsewhere, "workspace", "apply", "--session", sid))
     assert (project / "kept.txt").read_text() == "kept\n"
-    ok(sbx(daemon, elsewhere, "workspace", "discard", "--session", sid))
-    gone = failed(sbx(daemon, elsewhere, "workspace", "changes", "--session", sid))
+    ok(sandvisor(daemon, elsewhere, "workspace", "discard", "--session", sid))
+    gone = failed(sandvisor(daemon, elsewhere, "workspace", "changes", "--session", sid))
     assert f"no open session {sid!r}" in gone
-    missing = failed(sbx(daemon, elsewhere, "workspace", "diff"))
-    assert "`sbx run` in this directory opens one" in missing
+    missing = failed(sandvisor(daemon, elsewhere, "workspace", "diff"))
+    assert "`sandvisor run` in this directory opens one" in missing
 
 
 def test_a_session_per_directory_and_the_fallback(daemon: Daemon, tmp_path: Path) -> None:
@@ -137,34 +137,39 @@ def test_a_session_per_directory_and_the_fallback(daemon: Daemon, tmp_path: Path
     one = make_project(root / "one", {"f": "1\n"})
     two = make_project(root / "two", {"f": "2\n"})
     outside = make_project(tmp_path / "outside", {"f": "out\n"})
-    t1 = ok(sbx(daemon, one, "run", "--bg", "--policy", "fast", "--", "cat f")).split()[0]
-    t2 = ok(sbx(daemon, two, "run", "--bg", "--policy", "fast", "--", "cat f")).split()[0]
-    ok(sbx(daemon, one, "wait", t1))
-    ok(sbx(daemon, two, "wait", t2))
-    ps_one = json.loads(ok(sbx(daemon, one, "ps", "--json")))
-    ps_two = json.loads(ok(sbx(daemon, two, "ps", "--json")))
+    t1 = ok(sandvisor(daemon, one, "run", "--bg", "--policy", "fast", "--", "cat f")).split()[0]
+    t2 = ok(sandvisor(daemon, two, "run", "--bg", "--policy", "fast", "--", "cat f")).split()[0]
+    ok(sandvisor(daemon, one, "wait", t1))
+    ok(sandvisor(daemon, two, "wait", t2))
+    ps_one = json.loads(ok(sandvisor(daemon, one, "ps", "--json")))
+    ps_two = json.loads(ok(sandvisor(daemon, two, "ps", "--json")))
     assert [t["task_id"] for t in ps_one] == [t1] and [t["task_id"] for t in ps_two] == [t2]
     assert ps_one[0]["session_id"] != ps_two[0]["session_id"]
-    assert ok(sbx(daemon, one, "logs", t1)) == "1\n" and ok(sbx(daemon, two, "logs", t2)) == "2\n"
+    assert (
+        ok(sandvisor(daemon, one, "logs", t1)) == "1\n"
+        and ok(sandvisor(daemon, two, "logs", t2)) == "2\n"
+    )
 
     # Outside the daemon's roots: one line on stderr, no workspace, the default session.
-    result = sbx(daemon, outside, "run", "--policy", "fast", "--", "pwd")
+    result = sandvisor(daemon, outside, "run", "--policy", "fast", "--", "pwd")
     assert ok(result) == "/tmp\n"  # the fast policy's working directory
     [line] = result.stderr.decode().splitlines()
-    assert line.startswith(f"sbx: {outside} is not under the daemon's workspace roots ({root})")
+    assert line.startswith(
+        f"sandvisor: {outside} is not under the daemon's workspace roots ({root})"
+    )
     assert "default" in session_ids(daemon, outside)
-    quiet = sbx(daemon, outside, "run", "--no-workspace", "--policy", "fast", "--", "true")
+    quiet = sandvisor(daemon, outside, "run", "--no-workspace", "--policy", "fast", "--", "true")
     assert quiet.returncode == 0 and quiet.stderr == b""
     # ... but an explicit --workspace outside the roots is an error.
-    refused = failed(sbx(daemon, one, "run", "--workspace", str(outside), "--", "true"))
+    refused = failed(sandvisor(daemon, one, "run", "--workspace", str(outside), "--", "true"))
     assert "not under an allowed workspace root" in refused
     # Another mode for a directory whose session is open: the session's workspace is fixed.
-    fixed = failed(sbx(daemon, one, "run", "--workspace-mode", "ro", "--", "true"))
-    assert "sbx session end" in fixed
+    fixed = failed(sandvisor(daemon, one, "run", "--workspace-mode", "ro", "--", "true"))
+    assert "sandvisor session end" in fixed
 
     # --workspace names the project from anywhere; ro refuses writes.
     three = make_project(root / "three", {"f": "3\n"})
-    ro = sbx(
+    ro = sandvisor(
         daemon,
         outside,
         "run",
@@ -179,21 +184,21 @@ def test_a_session_per_directory_and_the_fallback(daemon: Daemon, tmp_path: Path
     )
     assert ro.returncode == 1 and ro.stdout.startswith(b"3\n")
     assert b"Read-only file system" in ro.stdout
-    not_overlay = failed(sbx(daemon, three, "workspace", "changes"))
+    not_overlay = failed(sandvisor(daemon, three, "workspace", "changes"))
     assert "only overlay workspaces keep changes" in not_overlay
-    no_ws = failed(sbx(daemon, outside, "workspace", "changes", "--session", "default"))
+    no_ws = failed(sandvisor(daemon, outside, "workspace", "changes", "--session", "default"))
     assert "has no workspace" in no_ws
 
 
 def test_help_has_examples() -> None:
     for sub in ("changes", "diff", "apply", "discard", "undo"):
         result = subprocess.run(
-            [*SBX, "workspace", sub, "--help"], capture_output=True, check=False, timeout=60
+            [*SANDVISOR, "workspace", sub, "--help"], capture_output=True, check=False, timeout=60
         )
         assert result.returncode == 0
-        assert b"examples:\n  sbx workspace " + sub.encode() in result.stdout, sub
-    run_help = subprocess.run([*SBX, "run", "--help"], capture_output=True, check=False)
+        assert b"examples:\n  sandvisor workspace " + sub.encode() in result.stdout, sub
+    run_help = subprocess.run([*SANDVISOR, "run", "--help"], capture_output=True, check=False)
     for option in (b"--workspace DIR", b"--workspace-mode", b"--no-workspace"):
         assert option in run_help.stdout
-    serve_help = subprocess.run([*SBX, "serve", "--help"], capture_output=True, check=False)
+    serve_help = subprocess.run([*SANDVISOR, "serve", "--help"], capture_output=True, check=False)
     assert b"--workspace-root DIR" in serve_help.stdout

@@ -1,4 +1,4 @@
-"""``sbx mcp`` on a project, through the official MCP client against a real daemon and
+"""``sandvisor mcp`` on a project, through the official MCP client against a real daemon and
 engine: the issue's acceptance (a Python package's tests, a venv installed in one call and
 used in the next, a Node server reached from another call by its task id, the host tree
 untouched throughout), the review tool, the changes kept at the end, and the refusals."""
@@ -22,7 +22,7 @@ from tests.e2e.test_mcp import _BG, mcp_client
 
 pytestmark = pytest.mark.timeout(240)
 
-WHEEL = "hello_sbx-0.1-py3-none-any.whl"
+WHEEL = "hello_sandvisor-0.1-py3-none-any.whl"
 PROJECT = {
     "calc/__init__.py": "def add(a, b):\n    return a + b\n",
     "tests/test_calc.py": (
@@ -39,11 +39,11 @@ PROJECT = {
 
 
 def wheel() -> bytes:
-    """A pure-Python wheel of ``hello_sbx``, built by hand (a zip with a RECORD)."""
-    dist = "hello_sbx-0.1.dist-info"
+    """A pure-Python wheel of ``hello_sandvisor``, built by hand (a zip with a RECORD)."""
+    dist = "hello_sandvisor-0.1.dist-info"
     files = {
-        "hello_sbx/__init__.py": b"def greet():\n    return 'hello from a wheel'\n",
-        f"{dist}/METADATA": b"Metadata-Version: 2.1\nName: hello_sbx\nVersion: 0.1\n",
+        "hello_sandvisor/__init__.py": b"def greet():\n    return 'hello from a wheel'\n",
+        f"{dist}/METADATA": b"Metadata-Version: 2.1\nName: hello_sandvisor\nVersion: 0.1\n",
         f"{dist}/WHEEL": (
             b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
         ),
@@ -92,9 +92,10 @@ async def test_agent_works_on_its_project_and_the_user_applies(
             command=f"python3 -m venv .venv && .venv/bin/pip install --no-index wheels/{WHEEL}",
             timeout=300_000,
         )
-        assert "Successfully installed hello-sbx-0.1" in install, install
+        assert "Successfully installed hello-sandvisor-0.1" in install, install
         used = await mcp.ok(
-            "bash", command=".venv/bin/python -c 'import hello_sbx; print(hello_sbx.greet())'"
+            "bash",
+            command=".venv/bin/python -c 'import hello_sandvisor; print(hello_sandvisor.greet())'",
         )
         assert used.startswith("hello from a wheel\nExit code: 0"), used
         assert tree_hash(project) == pristine
@@ -117,7 +118,7 @@ async def test_agent_works_on_its_project_and_the_user_applies(
         assert "modified  calc/__init__.py" in review
         assert "+def sub(a, b):" in review
         assert ".venv" not in review.split("--- diff ---")[0]  # ignored: not listed
-        assert "sbx workspace apply --session mcp-" in review
+        assert "sandvisor workspace apply --session mcp-" in review
         everything = await mcp.ok("workspace_changes", ignored=True, include_diff=False)
         assert ".venv/ (ignored)" in everything and "... and " in everything
         assert len(everything) < 32_000
@@ -127,20 +128,20 @@ async def test_agent_works_on_its_project_and_the_user_applies(
     sid = re.search(r"session (mcp-[0-9a-f]{12}) open on " + re.escape(str(project)), err)
     assert sid, err
     session_id = sid.group(1)
-    assert f"sbx workspace apply --session {session_id}" in err
+    assert f"sandvisor workspace apply --session {session_id}" in err
     last = [line for line in err.splitlines() if session_id in line][-1]
     assert f"session {session_id} ended (1 task(s) stopped); its changes to {project}" in last
-    assert f"`sbx workspace diff --session {session_id}`" in last
+    assert f"`sandvisor workspace diff --session {session_id}`" in last
     assert tree_hash(project) == pristine
 
     # The user reviews and applies after the session ended: only the edit reaches the host.
-    diff = daemon.sbx("workspace", "diff", "--session", session_id, cwd=tmp_path)
+    diff = daemon.sandvisor("workspace", "diff", "--session", session_id, cwd=tmp_path)
     assert b"+def sub(a, b):" in diff.stdout, diff
-    applied = daemon.sbx("workspace", "apply", "--session", session_id, cwd=tmp_path)
+    applied = daemon.sandvisor("workspace", "apply", "--session", session_id, cwd=tmp_path)
     assert applied.returncode == 0, applied.stderr
     assert "def sub(a, b)" in (project / "calc" / "__init__.py").read_text()
     assert not (project / ".venv").exists() and not (project / ".pytest_cache").exists()
-    discard = daemon.sbx("workspace", "discard", "--session", session_id, cwd=tmp_path)
+    discard = daemon.sandvisor("workspace", "discard", "--session", session_id, cwd=tmp_path)
     assert discard.returncode == 0, discard.stderr
 
 
@@ -168,7 +169,7 @@ async def test_outside_the_roots_no_workspace_and_said_so(daemon: Daemon, tmp_pa
         init = mcp.session.initialize_result
         assert init is not None and init.instructions is not None
         assert "nothing persists between calls" in init.instructions
-    assert f"{outside} is not under the sbx daemon's workspace roots" in stderr_of(daemon)
+    assert f"{outside} is not under the sandvisor daemon's workspace roots" in stderr_of(daemon)
 
     # Named explicitly, a workspace the daemon refuses is an error: one line, no server.
     result = subprocess.run(
@@ -189,4 +190,6 @@ async def test_outside_the_roots_no_workspace_and_said_so(daemon: Daemon, tmp_pa
     )
     assert result.returncode == 2 and result.stdout == b""
     [line] = result.stderr.decode().splitlines()
-    assert line.startswith(f"sbx mcp: --workspace {outside}: workspace") and "not under" in line
+    assert (
+        line.startswith(f"sandvisor mcp: --workspace {outside}: workspace") and "not under" in line
+    )

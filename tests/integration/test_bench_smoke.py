@@ -76,7 +76,7 @@ def test_quick_bench_writes_results(tmp_path: Path) -> None:
     assert "ratio" in stdout
     # Nothing left behind: neither its raw containers nor its supervisor's.
     client = docker.APIClient(version="auto", timeout=10)
-    for label in (f"io.sbx.test={proc.pid}", f"io.sbx.owner.pid={proc.pid}"):
+    for label in (f"io.sandvisor.test={proc.pid}", f"io.sandvisor.owner.pid={proc.pid}"):
         assert not client.containers(all=True, filters={"label": label}), label
 
 
@@ -113,7 +113,7 @@ def test_quick_workspace_benches(tmp_path: Path) -> None:
         assert metrics[f"{phase}: overlay - none, paired"]["passed"] is not None
     # Nothing left behind: no container, no overlay volume.
     client = docker.APIClient(version="auto", timeout=10)
-    label = f"io.sbx.owner.pid={proc.pid}"
+    label = f"io.sandvisor.owner.pid={proc.pid}"
     assert not client.containers(all=True, filters={"label": label})
     assert not (client.volumes(filters={"label": label}) or {}).get("Volumes")
 

@@ -38,7 +38,7 @@ async def run_to_end(session: Any, spec: TaskSpec, timeout: float = 60) -> Any:
 def containers_of(sup: Supervisor) -> list[dict[str, Any]]:
     client = docker.APIClient(version="auto")
     rows: list[dict[str, Any]] = client.containers(
-        all=True, filters={"label": f"io.sbx.owner={sup.instance_id}"}
+        all=True, filters={"label": f"io.sandvisor.owner={sup.instance_id}"}
     )
     return rows
 
@@ -185,7 +185,7 @@ async def test_missing_image_gives_task_failed(sup: Supervisor) -> None:
     session = await sup.open_session("noimage", sinks=[sink])
     info = await run_to_end(session, TaskSpec(command="echo hi", policy="missingimage"))
     assert info.status == "failed" and info.reason is None
-    assert info.error_code == "image_missing" and "sbx/does-not-exist" in (info.error or "")
+    assert info.error_code == "image_missing" and "sandvisor/does-not-exist" in (info.error or "")
     await session.end()
     (ev,) = terminal(sink.events, info.task_id)
     assert ev.type == "task.failed"
@@ -349,7 +349,7 @@ async def test_slow_sink_never_blocks_capture(state_dir: Any, policies_dir: Any)
 
     require_engine()
     (policies_dir / "chatty.toml").write_text(
-        'image = "sbx/minimal:latest"\nworking_dir = "/tmp"\n'
+        'image = "sandvisor/minimal:latest"\nworking_dir = "/tmp"\n'
         "[monitor]\nbatch_window_ms = 0\nlines_per_s = 1000000\nburst_lines = 1000000\n"
         "bytes_per_s = 1000000000\nburst_bytes = 1000000000\n"
         "max_chunk_bytes = 65536\n"
@@ -411,9 +411,9 @@ async def test_aclose_leaves_no_thread_or_task_behind(state_dir: Any, policies_d
         info = await session.start(TaskSpec(command="echo x; sleep 100", policy="fast"))
         await session.wait_for(info.task_id, "x", timeout_s=30)
         busy = {t.name for t in threading.enumerate()} - before
-        assert any(n.startswith("sbx-") for n in busy)  # our pools were in use
+        assert any(n.startswith("sandvisor-") for n in busy)  # our pools were in use
     left = {t.name for t in threading.enumerate() if t.is_alive()} - before
-    assert not [n for n in left if n.startswith("sbx-")], left
+    assert not [n for n in left if n.startswith("sandvisor-")], left
     current = asyncio.current_task()
     pending = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
     assert pending == [], pending

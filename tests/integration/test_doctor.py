@@ -1,4 +1,4 @@
-"""``sbx doctor`` against the real engine, and against an engine that does not answer."""
+"""``sandvisor doctor`` against the real engine, and against an engine that does not answer."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from supervisor.engine.docker import DockerBackend
 from supervisor.tooling import images
 from supervisor.tooling.doctor import run_checks
 
-# The first test builds the images `make images` did not (sbx/dev: 2 to 6 minutes).
+# The first test builds the images `make images` did not (sandvisor/dev: 2 to 6 minutes).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-SBX = str(Path(sys.executable).with_name("sbx"))
+SANDVISOR = str(Path(sys.executable).with_name("sandvisor"))
 DEAD_HOST = "unix:///tmp/nonexistent.sock"
 
 
@@ -38,9 +38,9 @@ def client() -> Iterator[Any]:
     api.close()
 
 
-def sbx(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def sandvisor(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [SBX, *argv],
+        [SANDVISOR, *argv],
         capture_output=True,
         text=True,
         timeout=240,
@@ -57,12 +57,12 @@ def runsc_really_starts(client: Any) -> bool:
     container = None
     try:
         container = api.containers.create(
-            "sbx/minimal:latest",
+            "sandvisor/minimal:latest",
             ["true"],
             runtime="runsc",
             network_mode="none",
             user="65534:65534",
-            labels={"io.sbx.test": "1"},
+            labels={"io.sandvisor.test": "1"},
         )
         container.start()
         return int(container.wait(timeout=60)["StatusCode"]) == 0
@@ -80,7 +80,7 @@ def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_doctor_json_tells_the_truth(client: Any, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    done = sbx("doctor", "--json", "--state-dir", str(state))
+    done = sandvisor("doctor", "--json", "--state-dir", str(state))
     assert "Traceback" not in done.stderr
     report = json.loads(done.stdout)
     checks = by_name(report)
@@ -120,7 +120,7 @@ def test_doctor_json_tells_the_truth(client: Any, tmp_path: Path) -> None:
     for name in images.IMAGES:
         check = checks[f"image {name}"]
         status = images.image_status(client, name)
-        assert check["facts"]["image_id"] == client.inspect_image(f"sbx/{name}:latest")["Id"]
+        assert check["facts"]["image_id"] == client.inspect_image(f"sandvisor/{name}:latest")["Id"]
         assert check["facts"]["up_to_date"] == status.up_to_date
         assert check["facts"]["source_hash"] == status.source_hash
         assert check["status"] == ("ok" if status.up_to_date else "warn")
@@ -135,7 +135,7 @@ def test_doctor_json_tells_the_truth(client: Any, tmp_path: Path) -> None:
 
 
 def test_doctor_table_when_piped(client: Any, tmp_path: Path) -> None:
-    done = sbx("doctor", "--no-probe", "--state-dir", str(tmp_path))
+    done = sandvisor("doctor", "--no-probe", "--state-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     rows = [line.split("\t") for line in done.stdout.splitlines()]
     assert rows[0][:2] == ["engine", "ok"]
@@ -146,7 +146,7 @@ def test_doctor_table_when_piped(client: Any, tmp_path: Path) -> None:
 def test_unwritable_state_dir_fails(client: Any, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    done = sbx("doctor", "--json", "--no-probe", "--state-dir", str(blocker / "state"))
+    done = sandvisor("doctor", "--json", "--no-probe", "--state-dir", str(blocker / "state"))
     assert done.returncode == 1
     report = json.loads(done.stdout)
     assert report["ready"] is False
@@ -156,17 +156,21 @@ def test_unwritable_state_dir_fails(client: Any, tmp_path: Path) -> None:
 
 
 def test_dead_engine_exits_1_with_a_clear_message(tmp_path: Path) -> None:
-    done = sbx("doctor", "--state-dir", str(tmp_path), env={"DOCKER_HOST": DEAD_HOST})
+    done = sandvisor("doctor", "--state-dir", str(tmp_path), env={"DOCKER_HOST": DEAD_HOST})
     assert done.returncode == 1
     assert "Traceback" not in done.stdout + done.stderr
     errors = done.stderr.strip().splitlines()
-    assert errors[-1].startswith("sbx: error: not ready: engine: no Docker engine answers at ")
+    assert errors[-1].startswith(
+        "sandvisor: error: not ready: engine: no Docker engine answers at "
+    )
     assert DEAD_HOST in errors[-1]
     assert done.stdout.splitlines()[0].startswith("engine\tfail\t")
 
 
 def test_dead_engine_json(tmp_path: Path) -> None:
-    done = sbx("doctor", "--json", "--state-dir", str(tmp_path), env={"DOCKER_HOST": DEAD_HOST})
+    done = sandvisor(
+        "doctor", "--json", "--state-dir", str(tmp_path), env={"DOCKER_HOST": DEAD_HOST}
+    )
     assert done.returncode == 1
     report = json.loads(done.stdout)
     checks = by_name(report)

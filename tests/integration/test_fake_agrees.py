@@ -35,8 +35,8 @@ LOG = (
 
 def request(command: str) -> ContainerRequest:
     return ContainerRequest(
-        name=f"sbx-test-fake-agrees-{secrets.token_hex(4)}",
-        image="sbx/minimal:latest",
+        name=f"sandvisor-test-fake-agrees-{secrets.token_hex(4)}",
+        image="sandvisor/minimal:latest",
         command=["/bin/sh", "-c", command],
         labels=owned_label(),
         user="65534",

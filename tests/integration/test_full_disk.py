@@ -88,7 +88,7 @@ async def test_full_state_volume(small_volume: Path, policies_dir: Path) -> None
         assert final.reason == "user_stopped"
         data = Path(info.output_path).read_bytes()
         marker = re.search(
-            rb"\n\[sbx: (\d+) bytes of output missing here: the disk was full\]\n", data
+            rb"\n\[sandvisor: (\d+) bytes of output missing here: the disk was full\]\n", data
         )
         assert marker is not None
         missing = int(marker.group(1))

@@ -15,11 +15,11 @@ import pytest
 
 from supervisor.tooling import images
 
-# The first test builds what `make images` did not: sbx/dev alone takes 2 to 6 minutes
+# The first test builds what `make images` did not: sandvisor/dev alone takes 2 to 6 minutes
 # on a loaded 2-core machine.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
-SBX = str(Path(sys.executable).with_name("sbx"))
+SANDVISOR = str(Path(sys.executable).with_name("sandvisor"))
 
 
 def _client_or_fail() -> Any:
@@ -59,7 +59,7 @@ def run_hardened(image: str, command: list[str]) -> tuple[int, str]:
             user="65534:65534",
             cap_drop=["ALL"],
             security_opt=["no-new-privileges:true"],
-            labels={"io.sbx.test": "1"},
+            labels={"io.sandvisor.test": "1"},
         )
         code = container.wait(timeout=60)["StatusCode"]
         return code, container.logs(stdout=True, stderr=True).decode()
@@ -75,9 +75,9 @@ def test_build_produces_labeled_tags(
 ) -> None:
     result = first_builds[name]
     source_hash = images.source_hash(name)
-    assert result.tag == f"sbx/{name}:{source_hash}"
+    assert result.tag == f"sandvisor/{name}:{source_hash}"
     tagged = client.inspect_image(result.tag)
-    latest = client.inspect_image(f"sbx/{name}:latest")
+    latest = client.inspect_image(f"sandvisor/{name}:latest")
     assert tagged["Id"] == latest["Id"] == result.image_id
     labels = latest["Config"]["Labels"]
     assert labels[images.LABEL_IMAGE] == name
@@ -93,7 +93,7 @@ def test_second_build_is_skipped(
     assert again.method == "cached"
     assert again.image_id == first_builds[name].image_id
     assert again.seconds < 5
-    assert client.inspect_image(f"sbx/{name}:latest")["Id"] == first_builds[name].image_id
+    assert client.inspect_image(f"sandvisor/{name}:latest")["Id"] == first_builds[name].image_id
 
 
 def test_latest_is_repointed_without_a_rebuild(
@@ -101,13 +101,13 @@ def test_latest_is_repointed_without_a_rebuild(
 ) -> None:
     """If ``latest`` went missing but the hash tag exists, build only re-tags."""
     result = first_builds["minimal"]
-    client.remove_image("sbx/minimal:latest")
+    client.remove_image("sandvisor/minimal:latest")
     try:
         again = images.build("minimal", client=client)
         assert (again.built, again.image_id) == (False, result.image_id)
     finally:
-        client.tag(result.image_id, "sbx/minimal", "latest", force=True)
-    assert client.inspect_image("sbx/minimal:latest")["Id"] == result.image_id
+        client.tag(result.image_id, "sandvisor/minimal", "latest", force=True)
+    assert client.inspect_image("sandvisor/minimal:latest")["Id"] == result.image_id
 
 
 @pytest.mark.parametrize("name", images.IMAGES)
@@ -122,21 +122,21 @@ def test_status_reports_up_to_date(
 
 
 def test_minimal_runs_hardened(first_builds: dict[str, images.BuildResult]) -> None:
-    assert run_hardened("sbx/minimal:latest", ["sh", "-c", "echo hi"]) == (0, "hi\n")
-    code, out = run_hardened("sbx/minimal:latest", ["sh", "-c", "id -u; whoami"])
+    assert run_hardened("sandvisor/minimal:latest", ["sh", "-c", "echo hi"]) == (0, "hi\n")
+    code, out = run_hardened("sandvisor/minimal:latest", ["sh", "-c", "id -u; whoami"])
     assert (code, out) == (0, "65534\nnobody\n")
 
 
 def test_debian_runs_python_and_git_hardened(first_builds: dict[str, images.BuildResult]) -> None:
-    assert run_hardened("sbx/debian:latest", ["python3", "-c", "print(1)"]) == (0, "1\n")
-    code, out = run_hardened("sbx/debian:latest", ["git", "--version"])
+    assert run_hardened("sandvisor/debian:latest", ["python3", "-c", "print(1)"]) == (0, "1\n")
+    code, out = run_hardened("sandvisor/debian:latest", ["git", "--version"])
     assert code == 0
     assert out.startswith("git version ")
-    code, out = run_hardened("sbx/debian:latest", ["bash", "-c", "whoami; ps -o user= -p 1"])
+    code, out = run_hardened("sandvisor/debian:latest", ["bash", "-c", "whoami; ps -o user= -p 1"])
     assert (code, out.split()) == (0, ["nobody", "nobody"])
 
 
-#: What sbx/dev must run as uid 65534 on a read-only root with HOME=/tmp. Each line prints
+#: What sandvisor/dev must run as uid 65534 on a read-only root with HOME=/tmp. Each line prints
 #: a marker, then the tool's first line of output, so a missing tool shows which one.
 DEV_TOOLS = """\
 set -e
@@ -163,7 +163,7 @@ def test_dev_has_its_toolchains_hardened(first_builds: dict[str, images.BuildRes
     container = None
     try:
         container = api.containers.run(
-            "sbx/dev:latest",
+            "sandvisor/dev:latest",
             ["bash", "-c", DEV_TOOLS],
             detach=True,
             network_mode="none",
@@ -174,7 +174,7 @@ def test_dev_has_its_toolchains_hardened(first_builds: dict[str, images.BuildRes
             tmpfs={"/tmp": "rw,exec,nosuid,nodev,size=256m,uid=65534,gid=65534"},
             environment={"HOME": "/tmp"},
             init=True,
-            labels={"io.sbx.test": "1"},
+            labels={"io.sandvisor.test": "1"},
         )
         code = container.wait(timeout=120)["StatusCode"]
         out = container.logs(stdout=True, stderr=True).decode()
@@ -200,15 +200,19 @@ def test_dev_has_its_toolchains_hardened(first_builds: dict[str, images.BuildRes
 
 def test_cli_build_and_list(first_builds: dict[str, images.BuildResult]) -> None:
     done = subprocess.run(
-        [SBX, "images", "build"], capture_output=True, text=True, timeout=300, check=False
+        [SANDVISOR, "images", "build"], capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert "up to date: sbx/minimal:" in done.stdout
-    assert "up to date: sbx/debian:" in done.stdout
-    assert "up to date: sbx/dev:" in done.stdout
+    assert "up to date: sandvisor/minimal:" in done.stdout
+    assert "up to date: sandvisor/debian:" in done.stdout
+    assert "up to date: sandvisor/dev:" in done.stdout
     assert "\r" not in done.stdout
     listed = subprocess.run(
-        [SBX, "images", "list", "--json"], capture_output=True, text=True, timeout=60, check=False
+        [SANDVISOR, "images", "list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert listed.returncode == 0, listed.stderr
     rows = {row["name"]: row for row in json.loads(listed.stdout)}
@@ -216,7 +220,7 @@ def test_cli_build_and_list(first_builds: dict[str, images.BuildResult]) -> None
         assert rows[name]["state"] == "yes"
         assert rows[name]["image_id"] == result.image_id
     table = subprocess.run(
-        [SBX, "images", "list"], capture_output=True, text=True, timeout=60, check=False
+        [SANDVISOR, "images", "list"], capture_output=True, text=True, timeout=60, check=False
     )
     lines = [line.split("\t") for line in table.stdout.splitlines()]
     assert [(cells[0], cells[-1]) for cells in lines] == [(n, "yes") for n in images.IMAGES]
@@ -224,7 +228,11 @@ def test_cli_build_and_list(first_builds: dict[str, images.BuildResult]) -> None
 
 def test_cli_rejects_unknown_names() -> None:
     done = subprocess.run(
-        [SBX, "images", "build", "nope"], capture_output=True, text=True, timeout=60, check=False
+        [SANDVISOR, "images", "build", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 2
     assert "unknown image nope" in done.stderr
@@ -234,7 +242,7 @@ def test_cli_without_engine_fails_cleanly() -> None:
     env = {**os.environ, "DOCKER_HOST": "unix:///tmp/nonexistent.sock"}
     for argv in (["images", "build"], ["images", "list"]):
         done = subprocess.run(
-            [SBX, *argv], capture_output=True, text=True, timeout=60, check=False, env=env
+            [SANDVISOR, *argv], capture_output=True, text=True, timeout=60, check=False, env=env
         )
         assert done.returncode == 1
         assert "nonexistent.sock" in done.stderr

@@ -32,7 +32,8 @@ def command_of(size: int, marker: str) -> str:
 
 def pooled_ids(sup: Supervisor) -> set[str]:
     rows = docker.APIClient(version="auto").containers(
-        all=True, filters={"label": [f"io.sbx.owner={sup.instance_id}", "io.sbx.kind=pooled"]}
+        all=True,
+        filters={"label": [f"io.sandvisor.owner={sup.instance_id}", "io.sandvisor.kind=pooled"]},
     )
     return {r["Id"] for r in rows}
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def make(client: docker.APIClient, labels: dict[str, str]) -> str:
     cid = client.create_container(
-        "sbx/minimal:latest", ["sleep", "300"], labels={**labels, **owned_label()}
+        "sandvisor/minimal:latest", ["sleep", "300"], labels={**labels, **owned_label()}
     )["Id"]
     client.start(cid)
     return str(cid)
@@ -27,11 +27,11 @@ def make(client: docker.APIClient, labels: dict[str, str]) -> str:
 
 def owner(lock: Path | str, owner_id: str) -> dict[str, str]:
     return {
-        "io.sbx.owner": owner_id,
-        "io.sbx.owner.host": socket.gethostname(),
-        "io.sbx.owner.boot": boot_id(),
-        "io.sbx.owner.pid": "999999",
-        "io.sbx.owner.lock": str(lock),
+        "io.sandvisor.owner": owner_id,
+        "io.sandvisor.owner.host": socket.gethostname(),
+        "io.sandvisor.owner.boot": boot_id(),
+        "io.sandvisor.owner.pid": "999999",
+        "io.sandvisor.owner.lock": str(lock),
     }
 
 

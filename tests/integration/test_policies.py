@@ -1,5 +1,5 @@
 """Policies against the real engine: shipped files, effective container settings, refusals,
-workspaces, networked sessions, image pins, a missing gVisor, and ``sbx policies``."""
+workspaces, networked sessions, image pins, a missing gVisor, and ``sandvisor policies``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 
 from supervisor import MemorySink, PolicyError, SpecError, Supervisor, TaskSpec
 from supervisor.core.policy import Policy, PolicySet, load_policy_file
-from supervisor.interfaces.cli.main import main as sbx_main
+from supervisor.interfaces.cli.main import main as sandvisor_main
 from supervisor.interfaces.cli.policies import to_toml
 from supervisor.tooling.images import source_hash
 from tests.conftest import POLICIES, REPO, require_engine
@@ -45,9 +45,9 @@ def owned(sup: Supervisor, host: str | None = None) -> list[dict[str, Any]]:
     c = client(host)
     try:
         rows: list[dict[str, Any]] = c.containers(
-            all=True, filters={"label": f"io.sbx.owner={sup.instance_id}"}
+            all=True, filters={"label": f"io.sandvisor.owner={sup.instance_id}"}
         )
-        return [r for r in rows if not sup.pools.holds(r["Labels"].get("io.sbx.task", ""))]
+        return [r for r in rows if not sup.pools.holds(r["Labels"].get("io.sandvisor.task", ""))]
     finally:
         c.close()
 
@@ -106,16 +106,16 @@ def test_ci_is_closed_offline_and_pinned() -> None:
     assert ci.env.fixed["CI"] == "true"
     for key in HARDENING:
         assert getattr(ci, key) == getattr(default, key), key
-    assert ci.image.startswith("sbx/debian:") and not ci.image.endswith(":latest")
+    assert ci.image.startswith("sandvisor/debian:") and not ci.image.endswith(":latest")
 
 
 def test_ci_pin_equals_the_current_debian_source_hash() -> None:
     """Changing sandbox_images/debian changes its hash: ci.toml must be re-pinned on purpose."""
     pinned = load_policy_file(POLICIES / "ci.toml").image
-    current = f"sbx/debian:{source_hash('debian')}"
+    current = f"sandvisor/debian:{source_hash('debian')}"
     assert pinned == current, (
         f"policies/ci.toml pins {pinned} but the debian image sources now hash to {current}; "
-        "rebuild (`sbx images build debian`) and update the pin in policies/ci.toml"
+        "rebuild (`sandvisor images build debian`) and update the pin in policies/ci.toml"
     )
 
 
@@ -218,7 +218,7 @@ async def test_running_container_has_the_policy_limits(sup: Supervisor, name: st
 STRICT_ENV = """
 # tests: only NODE_* variables, short timeouts
 description = "tests: env allowlist"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 [timeouts]
 default_ms = 1000
@@ -378,7 +378,7 @@ def workspace_root(tmp_path: Path) -> Path:
 
 def ws_policy(host_path: Path | str, mode: str = "ro") -> str:
     return (
-        'description = "tests: a workspace"\nimage = "sbx/minimal:latest"\nworking_dir = "/tmp"\n'
+        'description = "tests: a workspace"\nimage = "sandvisor/minimal:latest"\nworking_dir = "/tmp"\n'
         f'[workspace]\nhost_path = "{host_path}"\ncontainer_path = "/project"\nmode = "{mode}"\n'
     )
 
@@ -562,12 +562,12 @@ async def test_networked_tasks_reach_each_other_by_task_id_only_within_a_session
 async def test_image_id_pin_runs_only_the_pinned_image(sup: Supervisor, policies_dir: Path) -> None:
     c = client()
     try:
-        real = c.inspect_image("sbx/minimal:latest")["Id"]
+        real = c.inspect_image("sandvisor/minimal:latest")["Id"]
         pinned_tag = c.inspect_image(load_policy_file(POLICIES / "ci.toml").image)["Id"]
     finally:
         c.close()
     assert pinned_tag.startswith("sha256:")  # the ci pin names an image that exists
-    base = 'image = "sbx/minimal:latest"\nworking_dir = "/tmp"\n'
+    base = 'image = "sandvisor/minimal:latest"\nworking_dir = "/tmp"\n'
     write_policy(policies_dir, "pinok", f'{base}image_id = "{real}"\n')
     write_policy(policies_dir, "pinbad", f'{base}image_id = "sha256:{"0" * 64}"\n')
     sup.policies.reload()
@@ -581,7 +581,7 @@ async def test_image_id_pin_runs_only_the_pinned_image(sup: Supervisor, policies
     assert bad_final.status == "failed" and bad_final.reason is None
     assert bad_final.error_code == "policy_error"
     assert bad_final.error == (
-        f"policy 'pinbad' pins image_id sha256:{'0' * 64} but 'sbx/minimal:latest' is {real}; "
+        f"policy 'pinbad' pins image_id sha256:{'0' * 64} but 'sandvisor/minimal:latest' is {real}; "
         "rebuild or update the pin"
     )
     assert Path(bad_final.output_path).read_bytes() == b""
@@ -609,8 +609,8 @@ def creates_since(engine: PrivateEngine, since: float) -> list[dict[str, Any]]:
         return [
             e
             for e in events
-            if "io.sbx.probe" not in e["Actor"]["Attributes"]
-            and e["Actor"]["Attributes"].get("io.sbx.kind") != "pooled"
+            if "io.sandvisor.probe" not in e["Actor"]["Attributes"]
+            and e["Actor"]["Attributes"].get("io.sandvisor.kind") != "pooled"
         ]
     finally:
         c.close()
@@ -690,11 +690,11 @@ async def test_untrusted_with_a_broken_runsc_fails_closed(
     )
 
 
-# -- sbx policies ---------------------------------------------------------------------------------
+# -- sandvisor policies ---------------------------------------------------------------------------------
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = sbx_main(list(argv))
+    code = sandvisor_main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -754,42 +754,52 @@ def test_cli_errors_exit_1_with_the_loader_message(
     code, out, err = run_cli(capsys, "policies", "show", "nope", "--policies-dir", str(POLICIES))
     assert (code, out) == (1, "")
     known = ", ".join(PolicySet(POLICIES).names())
-    assert err == f"sbx: error: unknown policy 'nope'; known policies: {known}\n"
+    assert err == f"sandvisor: error: unknown policy 'nope'; known policies: {known}\n"
     bad = tmp_path / "bad"
     bad.mkdir()
     path = write_policy(bad, "oops", "[limits]\nmemroy_mb = 64\n")
     for argv in (("list",), ("show", "default")):
         code, out, err = run_cli(capsys, "policies", *argv, "--policies-dir", str(bad))
         assert (code, out) == (1, "")
-        assert err.startswith(f"sbx: error: policy file {path}:\n  limits.memroy_mb: unknown key")
+        assert err.startswith(
+            f"sandvisor: error: policy file {path}:\n  limits.memroy_mb: unknown key"
+        )
     code, out, err = run_cli(capsys, "policies", "list", "--policies-dir", str(tmp_path / "no"))
     assert code == 1 and "does not exist" in err
 
 
 def test_cli_help_has_examples_and_the_real_binary_exits_1(tmp_path: Path) -> None:
-    sbx = [sys.executable, "-m", "supervisor.interfaces.cli.main"]
+    sandvisor = [sys.executable, "-m", "supervisor.interfaces.cli.main"]
     for argv in (
         ["policies", "--help"],
         ["policies", "list", "--help"],
         ["policies", "show", "--help"],
     ):
-        proc = subprocess.run([*sbx, *argv], capture_output=True, text=True, cwd=REPO, check=False)
-        assert proc.returncode == 0 and "examples:" in proc.stdout and "sbx policies" in proc.stdout
+        proc = subprocess.run(
+            [*sandvisor, *argv], capture_output=True, text=True, cwd=REPO, check=False
+        )
+        assert (
+            proc.returncode == 0
+            and "examples:" in proc.stdout
+            and "sandvisor policies" in proc.stdout
+        )
     write_policy(tmp_path, "x", "not toml at all [\n")
     proc = subprocess.run(
-        [*sbx, "policies", "list", "--policies-dir", str(tmp_path)],
+        [*sandvisor, "policies", "list", "--policies-dir", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=REPO,
         check=False,
     )
     assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr.startswith(f"sbx: error: policy file {tmp_path / 'x.toml'}: not valid TOML")
+    assert proc.stderr.startswith(
+        f"sandvisor: error: policy file {tmp_path / 'x.toml'}: not valid TOML"
+    )
 
 
 @pytest.fixture(autouse=True)
 def _no_env_policy_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SBX_POLICIES_DIR", raising=False)
+    monkeypatch.delenv("SANDVISOR_POLICIES_DIR", raising=False)
 
 
 def test_cli_default_dir_is_the_checkout(capsys: pytest.CaptureFixture[str]) -> None:

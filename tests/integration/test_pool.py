@@ -20,7 +20,8 @@ def pooled_ids(sup: Supervisor, *, taken: set[str] = frozenset()) -> set[str]:  
     session: a pooled container is bound to a session by its task's record), minus
     ``taken`` (containers that became tasks)."""
     rows = docker.APIClient(version="auto").containers(
-        all=True, filters={"label": [f"io.sbx.owner={sup.instance_id}", "io.sbx.kind=pooled"]}
+        all=True,
+        filters={"label": [f"io.sandvisor.owner={sup.instance_id}", "io.sandvisor.kind=pooled"]},
     )
     return {r["Id"] for r in rows} - taken
 
@@ -64,7 +65,7 @@ async def test_pooled_tasks_behave_like_cold_ones(sup: Supervisor) -> None:
     # The tasks' containers went with the session; the shared pool waits for the next one.
     client = docker.APIClient(version="auto")
     for task_id in task_containers:
-        assert not client.containers(all=True, filters={"label": f"io.sbx.task={task_id}"})
+        assert not client.containers(all=True, filters={"label": f"io.sandvisor.task={task_id}"})
     await until(lambda: len(pooled_ids(sup)) == 2)  # refilled after the last take
     await sup.aclose()
     assert pooled_ids(sup) == set()
@@ -111,7 +112,7 @@ async def test_pooled_container_is_single_use_and_hardened_the_same(sup: Supervi
     # Reconciliation never reaps warm containers (they belong to no session yet).
     await sup.sweep()
     for row in docker.APIClient(version="auto").containers(
-        all=True, filters={"label": f"io.sbx.owner={sup.instance_id}"}
+        all=True, filters={"label": f"io.sandvisor.owner={sup.instance_id}"}
     ):
         await sup.adopt_or_reap(row["Id"], row["Labels"])
     assert len(pooled_ids(sup)) == 2

@@ -25,10 +25,10 @@ def python_block(heading: str) -> str:
 
 
 def run_example(tmp_path: Path, heading: str, *args: str) -> str:
-    """Run the section's example as a script (no SBX_ settings); its stdout."""
+    """Run the section's example as a script (no SANDVISOR_ settings); its stdout."""
     script = tmp_path / "example.py"
     script.write_text(python_block(heading))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SBX_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDVISOR_")}
     done = subprocess.run(
         [sys.executable, str(script), *args],
         cwd=REPO,

@@ -62,7 +62,7 @@ async def test_cut_attach_while_printing_fast_loses_and_repeats_nothing(
     if read == "whole-log":
         monkeypatch.setattr(Reattacher, "_log_after", _no_anchor)
     (policies_dir / "reattach.toml").write_text(
-        f'image = "sbx/minimal:latest"\nworking_dir = "/tmp"\nruntime = "{runtime}"\n'
+        f'image = "sandvisor/minimal:latest"\nworking_dir = "/tmp"\nruntime = "{runtime}"\n'
         "[limits]\npids = 1024\n[timeouts]\ngrace_s = 1.0\n"
     )
     sink = MemorySink()

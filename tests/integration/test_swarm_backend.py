@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.swarm, pytest.mark.timeout(600)]
 SWARM_POLICIES = {
     "swarm": """
 description = "tests: minimal image on any runc node of the lab"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
 [timeouts]
 grace_s = 1.0
@@ -45,7 +45,7 @@ max_running_tasks = 128
 """,
     "gvisor": """
 description = "tests: minimal image on the lab's gVisor node"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 runtime = "runsc"
 working_dir = "/tmp"
 placement = ["node.labels.sandbox==gvisor"]
@@ -56,9 +56,9 @@ max_running_tasks = 128
 """,
     "onw1": """
 description = "tests: minimal image on the lab's w1"
-image = "sbx/minimal:latest"
+image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
-placement = ["node.hostname==sbx-lab-w1"]
+placement = ["node.hostname==sandvisor-lab-w1"]
 [timeouts]
 grace_s = 1.0
 """,
@@ -89,7 +89,7 @@ async def swarm(
 def leftovers(where: Lab, instance_id: str) -> None:
     """Nothing of this supervisor on any node: services, containers (also those Engine 20.10
     leaves behind when a job service is removed), networks."""
-    label = f"io.sbx.owner={instance_id}"
+    label = f"io.sandvisor.owner={instance_id}"
     manager = docker.APIClient(base_url=where.docker_host, version="auto", timeout=30)
     try:
         assert manager.services(filters={"label": label}) == []
@@ -108,10 +108,10 @@ def terminal(events: list[BaseEvent], task_id: str) -> list[BaseEvent]:
 
 
 def node_of(sup: Supervisor, task_id: str) -> str:
-    """The hostname of the node Swarm placed a task on (its service is ``sbx-<task id>``)."""
+    """The hostname of the node Swarm placed a task on (its service is ``sandvisor-<task id>``)."""
     backend = sup.backend
     assert isinstance(backend, SwarmBackend)
-    view = backend.nodes.get(backend.placed[f"sbx-{task_id}"])
+    view = backend.nodes.get(backend.placed[f"sandvisor-{task_id}"])
     assert view is not None
     return view.hostname
 
@@ -155,11 +155,11 @@ async def test_hundred_tasks_at_once_spread_exact_one_terminal_event_each(
         expected = "".join(f"t{n}-{i}\n" for i in range(1, lines + 1)).encode()
         assert Path(info.output_path).read_bytes() == expected, n
         # runsc tasks land on the gVisor node only; runc tasks never do.
-        on_gvisor = hosts[info.task_id] == "sbx-lab-w2"
+        on_gvisor = hosts[info.task_id] == "sandvisor-lab-w2"
         assert on_gvisor == (n % 10 == 0), (n, hosts[info.task_id])
     spread = {h: list(hosts.values()).count(h) for h in set(hosts.values())}
     print(f"\n100 tasks on the lab: {took:.1f} s, by node {spread}")
-    assert set(spread) == {"sbx-lab-manager", "sbx-lab-w1", "sbx-lab-w2"}
+    assert set(spread) == {"sandvisor-lab-manager", "sandvisor-lab-w1", "sandvisor-lab-w2"}
     await session.end()
     for info in done:
         assert len(terminal(sink.events, info.task_id)) == 1, info.task_id
@@ -175,7 +175,7 @@ async def test_untrusted_on_gvisor_only_drain_stops_it_and_fails_closed(
         TaskSpec(command="dmesg | head -1; echo ready; sleep 600", policy="untrusted")
     )
     await wait_for_output(session, info.task_id, "ready", 60)
-    assert node_of(swarm, info.task_id) == "sbx-lab-w2"
+    assert node_of(swarm, info.task_id) == "sandvisor-lab-w2"
     assert "gVisor" in await session.tail(info.task_id, chars=4000)  # gVisor's own dmesg
     assert run_lab("drain", "w2").returncode == 0
     try:
@@ -183,10 +183,10 @@ async def test_untrusted_on_gvisor_only_drain_stops_it_and_fails_closed(
         ended = await session.wait(info.task_id, timeout_s=60)
         took = time.monotonic() - drained_at
         assert ended.status == "lost" or ended.reason == "lost", ended
-        assert "sbx-lab-w2" in (ended.error or "") and "drained" in (ended.error or ""), ended
+        assert "sandvisor-lab-w2" in (ended.error or "") and "drained" in (ended.error or ""), ended
         # Its container is stopped on w2, not left running.
         with engine(lab.engines["w2"]) as w2:
-            running = w2.containers(filters={"label": f"io.sbx.task={info.task_id}"})
+            running = w2.containers(filters={"label": f"io.sandvisor.task={info.task_id}"})
         assert running == []
         print(f"\ndrained w2: task ended lost after {took:.1f} s")
         # No gVisor node left: an untrusted task fails at once, never runs elsewhere.
@@ -194,7 +194,7 @@ async def test_untrusted_on_gvisor_only_drain_stops_it_and_fails_closed(
         refused = await session.wait(refused.task_id, timeout_s=30)
         assert refused.status == "failed" and refused.reason is None, refused
         assert refused.error_code == PlacementUnavailable.code, refused
-        assert "sbx-lab-w2" in (refused.error or "") and "drain" in (refused.error or "")
+        assert "sandvisor-lab-w2" in (refused.error or "") and "drain" in (refused.error or "")
         assert Path(refused.output_path).read_bytes() == b""
     finally:
         assert run_lab("activate", "w2").returncode == 0
@@ -212,7 +212,7 @@ async def test_cut_worker_ends_its_task_lost_within_30s(
     session = await swarm.open_session("cut", sinks=[sink])
     info = await session.start(TaskSpec(command="seq 1 5; sleep 600", policy="onw1"))
     await wait_for_output(session, info.task_id, "5\n", 60)
-    assert node_of(swarm, info.task_id) == "sbx-lab-w1"
+    assert node_of(swarm, info.task_id) == "sandvisor-lab-w1"
     assert run_lab("cut", "w1").returncode == 0
     try:
         loop = asyncio.get_running_loop()
@@ -224,7 +224,7 @@ async def test_cut_worker_ends_its_task_lost_within_30s(
         ended = await session.wait(info.task_id, timeout_s=30)
         took = time.monotonic() - down_at
         assert ended.reason == "lost", ended
-        assert "sbx-lab-w1" in (ended.error or ""), ended
+        assert "sandvisor-lab-w1" in (ended.error or ""), ended
         assert Path(ended.output_path).read_bytes() == b"1\n2\n3\n4\n5\n"
         print(f"\ncut w1: task lost {took:.1f} s after the node was Down")
     finally:
@@ -270,7 +270,7 @@ def test_sigkill_during_output_on_two_nodes_exact_after_restart(
                 time.sleep(0.05)
         with docker.APIClient(base_url=lab.docker_host, version="auto", timeout=30) as m:
             for tid in tids.values():  # they run as Swarm services, not on the host engine
-                assert len(m.services(filters={"label": f"io.sbx.task={tid}"})) == 1
+                assert len(m.services(filters={"label": f"io.sandvisor.task={tid}"})) == 1
     finally:
         first.proc.kill()
         first.proc.wait(timeout=30)
@@ -295,13 +295,13 @@ def test_sigkill_during_output_on_two_nodes_exact_after_restart(
     manager = docker.APIClient(base_url=lab.docker_host, version="auto", timeout=30)
     try:
         for tid in tids.values():
-            assert manager.services(filters={"label": f"io.sbx.task={tid}"}) == []
+            assert manager.services(filters={"label": f"io.sandvisor.task={tid}"}) == []
     finally:
         manager.close()
     for name, url in lab.engines.items():
         with engine(url) as node:
             for tid in tids.values():
-                rows = node.containers(all=True, filters={"label": f"io.sbx.task={tid}"})
+                rows = node.containers(all=True, filters={"label": f"io.sandvisor.task={tid}"})
                 assert rows == [], (name, tid)
 
 
@@ -315,14 +315,14 @@ async def test_node_engine_restart_ends_its_task_lost_with_output_so_far(
     await wait_for_output(session, info.task_id, "5\n", 60)
     env = run_lab("env").stdout
     run_dir = dict(line.split("=", 1) for line in env.splitlines() if "=" in line).get(
-        "SBX_LAB_RUN_DIR", "/run/sbx-swarm-lab"
+        "SANDVISOR_LAB_RUN_DIR", "/run/sandvisor-swarm-lab"
     )
     pid = int(Path(run_dir, "n2", "dockerd.pid").read_text())  # w1's dockerd, the lab's own
     os.kill(pid, signal.SIGTERM)  # no live-restore in swarm mode: its containers die
     try:
         ended = await session.wait(info.task_id, timeout_s=90)
         assert ended.reason == "lost", ended
-        assert "sbx-lab-w1" in (ended.error or ""), ended
+        assert "sandvisor-lab-w1" in (ended.error or ""), ended
         assert Path(ended.output_path).read_bytes() == b"1\n2\n3\n4\n5\n"
     finally:
         up = run_lab("up", timeout_s=300)
@@ -353,7 +353,7 @@ async def test_doctor_reports_every_node_its_engine_runtime_and_labels(
     assert summary is not None and summary.status == "ok", summary
     runtimes = {"manager": "runc", "w1": "runc", "w2": "runsc"}
     for name, url in lab.engines.items():
-        check = report.get(f"node sbx-lab-{name}")
+        check = report.get(f"node sandvisor-lab-{name}")
         assert check is not None and check.status == "ok", check
         assert check.facts["engine"] == url and check.facts["answers"] is True
         assert check.facts["default_runtime"] == runtimes[name]

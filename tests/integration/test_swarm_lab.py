@@ -21,7 +21,7 @@ from tests.conftest import REPO, require_engine
 pytestmark = [pytest.mark.swarm, pytest.mark.timeout(900)]
 
 SCRIPT = REPO / "scripts" / "swarm-lab.sh"
-HOSTNAMES = {"manager": "sbx-lab-manager", "w1": "sbx-lab-w1", "w2": "sbx-lab-w2"}
+HOSTNAMES = {"manager": "sandvisor-lab-manager", "w1": "sandvisor-lab-w1", "w2": "sandvisor-lab-w2"}
 #: A cold `up` copies the images to three engines; on this machine that is about a minute.
 UP_TIMEOUT_S = 600
 #: How long the manager may take to see a cut node as down (5 s heartbeats: about 13 s here).
@@ -69,11 +69,11 @@ def lab_problem() -> str | None:
 
 
 def engines_from_env() -> tuple[str, dict[str, str]]:
-    """The endpoints the script uses (it honours SBX_LAB_* variables, so ask it)."""
+    """The endpoints the script uses (it honours SANDVISOR_LAB_* variables, so ask it)."""
     out = run_lab("env")
     assert out.returncode == 0, out.stderr
     values = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-    engines = {name: values[f"SBX_LAB_{name.upper()}_HOST"] for name in HOSTNAMES}
+    engines = {name: values[f"SANDVISOR_LAB_{name.upper()}_HOST"] for name in HOSTNAMES}
     return values["DOCKER_HOST"], engines
 
 
@@ -133,9 +133,9 @@ def engine(base_url: str) -> Iterator[Any]:
 
 
 def lab_nodes(manager: Any) -> dict[str, Any]:
-    """Lab node name → docker-py Node, by the io.sbx.lab.node label."""
+    """Lab node name → docker-py Node, by the io.sandvisor.lab.node label."""
     nodes = manager.nodes.list()
-    by_name = {n.attrs["Spec"].get("Labels", {}).get("io.sbx.lab.node"): n for n in nodes}
+    by_name = {n.attrs["Spec"].get("Labels", {}).get("io.sandvisor.lab.node"): n for n in nodes}
     assert set(by_name) == set(HOSTNAMES), [n.attrs["Spec"] for n in nodes]
     return by_name
 
@@ -155,8 +155,8 @@ def test_three_ready_nodes_with_roles_and_labels(lab: Lab, manager: Any) -> None
         assert attrs["Spec"]["Role"] == ("manager" if name == "manager" else "worker")
         labels = attrs["Spec"]["Labels"]
         # The engine the node advertises is that node's own: its swarm node id says so.
-        assert labels["io.sbx.engine"] == lab.engines[name]
-        with engine(labels["io.sbx.engine"]) as node_engine:
+        assert labels["io.sandvisor.engine"] == lab.engines[name]
+        with engine(labels["io.sandvisor.engine"]) as node_engine:
             info = node_engine.info()
         assert info["Swarm"]["NodeID"] == node.id
         assert info["Name"] == HOSTNAMES[name]
@@ -169,8 +169,8 @@ def test_three_ready_nodes_with_roles_and_labels(lab: Lab, manager: Any) -> None
             assert "sandbox" not in labels
             assert info["DefaultRuntime"] == "runc"
             assert "runsc" not in info["Runtimes"]
-        for image in ("sbx/minimal:latest", "sbx/debian:latest"):
-            with engine(labels["io.sbx.engine"]) as node_engine:
+        for image in ("sandvisor/minimal:latest", "sandvisor/debian:latest"):
+            with engine(labels["io.sandvisor.engine"]) as node_engine:
                 assert node_engine.inspect_image(image)["Id"]
     assert nodes["manager"].attrs["ManagerStatus"]["Leader"] is True
 
@@ -195,13 +195,13 @@ def test_up_again_is_a_no_op(lab: Lab, manager: Any) -> None:
 def test_job_pinned_to_the_gvisor_node_runs_under_runsc(lab: Lab, manager: Any) -> None:
     gvisor = lab_nodes(manager)["w2"]
     service = manager.services.create(
-        "sbx/minimal:latest",
+        "sandvisor/minimal:latest",
         command=["uname", "-r"],
-        name=f"sbx-lab-test-{os.getpid()}",
+        name=f"sandvisor-lab-test-{os.getpid()}",
         mode=ServiceMode("replicated-job", replicas=1),
         constraints=["node.labels.sandbox==gvisor"],
         restart_policy=RestartPolicy(condition="none"),
-        labels={"io.sbx.test": str(os.getpid())},
+        labels={"io.sandvisor.test": str(os.getpid())},
     )
     container_id = ""
     try:
@@ -222,7 +222,7 @@ def test_job_pinned_to_the_gvisor_node_runs_under_runsc(lab: Lab, manager: Any) 
         container_id = t["Status"]["ContainerStatus"]["ContainerID"]
         assert t["Status"]["ContainerStatus"]["ExitCode"] == 0
         # No cluster-level inspect or logs: the node's own engine, from its label.
-        with engine(gvisor.attrs["Spec"]["Labels"]["io.sbx.engine"]) as node_engine:
+        with engine(gvisor.attrs["Spec"]["Labels"]["io.sandvisor.engine"]) as node_engine:
             inspect = node_engine.inspect_container(container_id)
             release = node_engine.logs(container_id).decode().strip()
         assert inspect["HostConfig"]["Runtime"] == "runsc"
@@ -238,7 +238,7 @@ def test_job_pinned_to_the_gvisor_node_runs_under_runsc(lab: Lab, manager: Any) 
                 contextlib.suppress(docker.errors.NotFound),
             ):
                 node_engine.remove_container(container_id, force=True)
-    assert not manager.services.list(filters={"label": f"io.sbx.test={os.getpid()}"})
+    assert not manager.services.list(filters={"label": f"io.sandvisor.test={os.getpid()}"})
 
 
 def test_cut_worker_goes_down_and_heal_brings_it_back(lab: Lab, manager: Any) -> None:

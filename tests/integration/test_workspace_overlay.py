@@ -127,7 +127,7 @@ def client() -> Iterator[docker.DockerClient]:
     require_engine()
     c = docker.from_env(timeout=120)
     yield c
-    label = f"io.sbx.test={os.getpid()}"
+    label = f"io.sandvisor.test={os.getpid()}"
     for container in c.containers.list(all=True, filters={"label": label}):
         container.remove(force=True)
     for volume in c.volumes.list(filters={"label": label}):
@@ -148,7 +148,7 @@ def test_overlay_volume_changes_apply(
     reset_upper(upper, work, lower)
     manifest = Manifest.take(lower)
     before = tree_hash(lower)
-    name = f"sbx-ws-test-{os.getpid()}-{runtime}-{time.monotonic_ns()}"
+    name = f"sandvisor-ws-test-{os.getpid()}-{runtime}-{time.monotonic_ns()}"
     opts = f"lowerdir={lower},upperdir={upper},workdir={work},{OVERLAY_OPTS}"
     volume = client.volumes.create(
         name,
@@ -157,7 +157,7 @@ def test_overlay_volume_changes_apply(
         labels=owned_label(),
     )
     container = client.containers.create(
-        "sbx/minimal:latest",
+        "sandvisor/minimal:latest",
         ["sh", "-c", SCRIPT],
         mounts=[Mount(target="/ws", source=name, type="volume")],
         labels=owned_label(),

@@ -127,7 +127,7 @@ def test_a_400_digit_timeout_is_one_line_and_no_traceback() -> None:
     err = result.stderr.decode()
     assert "Traceback" not in err
     [last] = [line for line in err.splitlines() if "error" in line]
-    assert last.startswith("sbx run: error: argument --timeout: invalid duration '1111")
+    assert last.startswith("sandvisor run: error: argument --timeout: invalid duration '1111")
     assert last.endswith("too long (at most 1000000000s)")
     assert result.stdout == b""
 

@@ -21,7 +21,7 @@ from supervisor.core.errors import (
     TaskNotRunning,
     Unauthorized,
 )
-from supervisor.interfaces.client import SbxClient
+from supervisor.interfaces.client import SandvisorClient
 from supervisor.interfaces.http import Endpoint
 
 #: (method, path, query, body) -> raw HTTP answer.
@@ -68,7 +68,7 @@ class FakeDaemon:
 
 @pytest.fixture
 def sock(tmp_path: Path) -> Path:
-    return tmp_path / "sbx.sock"
+    return tmp_path / "sandvisor.sock"
 
 
 def task_json(**fields: Any) -> dict[str, Any]:
@@ -94,13 +94,13 @@ async def test_request_shape_and_json_answer(sock: Path) -> None:
         return answer(201, task_json())
 
     async with FakeDaemon(sock, handler) as fake:
-        client = SbxClient(socket_path=sock, token="t0k")
+        client = SandvisorClient(socket_path=sock, token="t0k")
         info = await client.start("s", {"command": "true"})
         assert info == task_json()
         [(method, path, _, headers, body)] = fake.requests
         assert (method, path) == ("POST", "/sessions/s/tasks")
         assert headers["authorization"] == "Bearer t0k"
-        assert headers["host"] == "sbx"
+        assert headers["host"] == "sandvisor"
         assert headers["connection"] == "close"
         assert json.loads(body) == {"command": "true"}
 
@@ -125,7 +125,7 @@ async def test_errors_come_back_as_their_classes(sock: Path) -> None:
         return answers.get(path, b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 4\r\n\r\noops")
 
     async with FakeDaemon(sock, handler):
-        client = SbxClient(socket_path=sock)
+        client = SandvisorClient(socket_path=sock)
         with pytest.raises(TaskNotRunning) as stopped:
             await client.stop("s", "bg-1")
         assert stopped.value.info.exit_code == 0
@@ -153,7 +153,7 @@ async def test_chunked_and_close_delimited_answers(sock: Path) -> None:
         return chunked if path == "/sessions" else unsized
 
     async with FakeDaemon(sock, handler):
-        client = SbxClient(socket_path=sock)
+        client = SandvisorClient(socket_path=sock)
         assert await client.sessions() == [1, 2, 3]  # type: ignore[comparison-overlap]
         assert await client.tasks("s") == [4]  # type: ignore[comparison-overlap]
 
@@ -170,12 +170,12 @@ async def test_chunked_and_close_delimited_answers(sock: Path) -> None:
 async def test_broken_answers_are_daemon_errors(sock: Path, raw: bytes, why: str) -> None:
     async with FakeDaemon(sock, lambda *_: raw):
         with pytest.raises(DaemonError, match=why) as info:
-            await SbxClient(socket_path=sock).sessions()
+            await SandvisorClient(socket_path=sock).sessions()
         assert not isinstance(info.value, DaemonNotRunning)
 
 
 async def test_nothing_listening_is_daemon_not_running(sock: Path) -> None:
-    client = SbxClient(socket_path=sock)
+    client = SandvisorClient(socket_path=sock)
     assert await client.reachable() is False
     with pytest.raises(DaemonNotRunning, match=str(sock)):
         await client.sessions()
@@ -197,7 +197,7 @@ async def test_follow_output_reads_until_the_end(sock: Path) -> None:
         return head.encode() + data
 
     async with FakeDaemon(sock, handler) as fake:
-        client = SbxClient(socket_path=sock)
+        client = SandvisorClient(socket_path=sock)
         got = [c async for c in client.follow_output("s", "bg-1")]
         assert [(c.data, c.offset, c.next_offset, c.eof) for c in got] == [
             (b"one\n", 0, 4, False),
@@ -218,7 +218,8 @@ async def test_follow_output_without_follow_stops_at_what_is_there(sock: Path) -
 
     async with FakeDaemon(sock, handler) as fake:
         got = [
-            c.data async for c in SbxClient(socket_path=sock).follow_output("s", "t", follow=False)
+            c.data
+            async for c in SandvisorClient(socket_path=sock).follow_output("s", "t", follow=False)
         ]
         assert got == [b"abc"]
         assert [r[2]["wait_s"] for r in fake.requests] == [["0.0"], ["0.0"]]
@@ -235,7 +236,7 @@ async def test_follow_events_until_the_session_ends(sock: Path) -> None:
         return answer(200, batches.pop(0))
 
     async with FakeDaemon(sock, handler) as fake:
-        got = [b async for b in SbxClient(socket_path=sock).follow_events("s", 0)]
+        got = [b async for b in SandvisorClient(socket_path=sock).follow_events("s", 0)]
         assert [[e["seq"] for e in b] for b in got] == [[1], [2]]
         assert [r[2]["after"] for r in fake.requests] == [["0"], ["1"], ["1"]]
 
@@ -250,7 +251,7 @@ async def test_follow_events_without_follow_reads_what_there_is(sock: Path) -> N
         return answer(200, batches.pop(0))
 
     async with FakeDaemon(sock, handler) as fake:
-        client = SbxClient(socket_path=sock)
+        client = SandvisorClient(socket_path=sock)
         got = [b async for b in client.follow_events("s", 3, follow=False)]
         assert got == [[{"seq": 4, "type": "task.poll"}]]
         assert [r[2]["wait_s"] for r in fake.requests] == [["0.0"], ["0.0"]]
@@ -278,7 +279,7 @@ def test_endpoint_from_url(
     )
 
 
-@pytest.mark.parametrize("url", ["ftp://x", "sbx.sock", "http://h:port"])
+@pytest.mark.parametrize("url", ["ftp://x", "sandvisor.sock", "http://h:port"])
 def test_endpoint_refuses_other_urls(url: str) -> None:
     with pytest.raises(DaemonNotRunning):
         Endpoint.from_url(url)

@@ -147,7 +147,7 @@ def test_ids_come_from_the_body_or_from_the_request() -> None:
         SpecError("policy 'x' does not allow persistent tasks", field="persistent"),
         SpecError("no field named"),
         InvalidRequest("timeout_ms: too big", fields=[{"field": "timeout_ms", "message": "big"}]),
-        errors.ImageMissing("image sbx/x:latest is not present"),
+        errors.ImageMissing("image sandvisor/x:latest is not present"),
         Unauthorized("missing or invalid bearer token"),
         DaemonNotRunning("nobody listens"),
     ],

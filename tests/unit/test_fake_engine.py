@@ -52,7 +52,7 @@ def request(command: str, *, name: str = "c1", **fields: object) -> ContainerReq
     return ContainerRequest.model_validate(
         {
             "name": name,
-            "image": "sbx/minimal:latest",
+            "image": "sandvisor/minimal:latest",
             "command": ["/bin/sh", "-c", MERGE_PREFIX + command],
             "user": "65534",
             "working_dir": "/tmp",
@@ -192,7 +192,7 @@ async def test_the_warm_pool_loop_runs_the_command_written_to_stdin(
     engine: FakeEngine, backend: FakeBackend
 ) -> None:
     engine.script("echo x", Script(Out("x\n"), ReadLine(echo=True), Exit(4)))
-    sentinel = "sbx-sentinel-1"
+    sentinel = "sandvisor-sentinel-1"
     cid, stream = await launch(backend, pool_script(sentinel))
     pooled = WarmStart(task_id="bg-1", container_id=cid, stream=stream, sentinel=sentinel)
     await stream.write(pooled.payload("echo x") + b"input\n")
@@ -533,25 +533,25 @@ async def test_logs_keep_streams_apart(engine: FakeEngine, backend: FakeBackend)
 
 
 async def test_images_runtimes_networks_and_names() -> None:
-    async with FakeEngine(images=["sbx/minimal:latest"], runtimes=["runc"]) as engine:
+    async with FakeEngine(images=["sandvisor/minimal:latest"], runtimes=["runc"]) as engine:
         backend = engine.backend()
-        assert await backend.image_id("sbx/minimal:latest") is not None
+        assert await backend.image_id("sandvisor/minimal:latest") is not None
         assert await backend.image_id("nope:latest") is None
         with pytest.raises(ImageMissing):
             await backend.create(request("x", image="nope:latest"))
         with pytest.raises(RuntimeUnavailable):
             await backend.create(request("x", runtime="runsc"))
         with pytest.raises(EngineError, match="network"):
-            await backend.create(request("x", network="sbx-net"))
-        await backend.ensure_network("sbx-net", {"io.sbx.session": "s1"})
-        await backend.ensure_network("sbx-net", {})
-        cid = await backend.create(request("x", network="sbx-net"))
+            await backend.create(request("x", network="sandvisor-net"))
+        await backend.ensure_network("sandvisor-net", {"io.sandvisor.session": "s1"})
+        await backend.ensure_network("sandvisor-net", {})
+        cid = await backend.create(request("x", network="sandvisor-net"))
         with pytest.raises(EngineError, match="in use"):
             await backend.create(request("x"))
         await backend.remove(cid)
         await backend.create(request("x"))  # the name is free again
-        await backend.remove_network("sbx-net")
-        await backend.remove_network("sbx-net")
+        await backend.remove_network("sandvisor-net")
+        await backend.remove_network("sandvisor-net")
         assert engine.networks == {}
         assert await backend.runtimes() == {"runc"}
         assert await backend.live_restore() is True
@@ -559,14 +559,16 @@ async def test_images_runtimes_networks_and_names() -> None:
 
 
 async def test_list_labeled_by_key_and_value(engine: FakeEngine, backend: FakeBackend) -> None:
-    a = await backend.create(request("x", name="a", labels={"io.sbx.owner": "o1"}))
-    await backend.create(request("x", name="b", labels={"io.sbx.owner": "o2"}))
+    a = await backend.create(request("x", name="a", labels={"io.sandvisor.owner": "o1"}))
+    await backend.create(request("x", name="b", labels={"io.sandvisor.owner": "o2"}))
     await backend.create(request("x", name="c"))
-    assert len(await backend.list_labeled("io.sbx.owner")) == 2
-    rows = await backend.list_labeled("io.sbx.owner=o1")
-    assert [(r.id, r.status, r.labels) for r in rows] == [(a, "created", {"io.sbx.owner": "o1"})]
+    assert len(await backend.list_labeled("io.sandvisor.owner")) == 2
+    rows = await backend.list_labeled("io.sandvisor.owner=o1")
+    assert [(r.id, r.status, r.labels) for r in rows] == [
+        (a, "created", {"io.sandvisor.owner": "o1"})
+    ]
     await backend.remove(a)
-    assert await backend.list_labeled("io.sbx.owner=o1") == []
+    assert await backend.list_labeled("io.sandvisor.owner=o1") == []
 
 
 async def test_a_second_client_sees_the_same_containers(
@@ -648,4 +650,4 @@ async def test_a_vanished_container(engine: FakeEngine, backend: FakeBackend) ->
         await waiter
     assert await stream.read() is None
     assert await backend.inspect(cid) is None
-    assert await backend.list_labeled("io.sbx.test") == []
+    assert await backend.list_labeled("io.sandvisor.test") == []

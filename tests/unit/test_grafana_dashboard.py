@@ -53,7 +53,7 @@ def test_panels_have_unique_ids_and_fit_the_grid() -> None:
 
 def test_every_metric_is_shown_and_every_name_exists() -> None:
     exprs = " ".join(t["expr"] for t in targets(load()))
-    used = set(re.findall(r"\bsbx_[a-z_]+", exprs))
+    used = set(re.findall(r"\bsandvisor_[a-z_]+", exprs))
     served = {name + suffix for name in METRIC_NAMES for suffix in SUFFIXES}
     assert used <= served, used - served
     for name in METRIC_NAMES:

@@ -196,7 +196,7 @@ def test_ubuntu_and_odd_schemes_fall_back() -> None:
 
 
 def test_host_mirror_reads_etc_apt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SBX_DEBIAN_MIRROR", raising=False)
+    monkeypatch.delenv("SANDVISOR_DEBIAN_MIRROR", raising=False)
     etc = tmp_path / "apt"
     (etc / "sources.list.d").mkdir(parents=True)
     assert host_debian_mirror(etc_apt=etc) == images.DEFAULT_DEBIAN_MIRROR
@@ -211,7 +211,7 @@ def test_host_mirror_reads_etc_apt(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_host_mirror_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SBX_DEBIAN_MIRROR", "http://override.example/debian/")
+    monkeypatch.setenv("SANDVISOR_DEBIAN_MIRROR", "http://override.example/debian/")
     assert host_debian_mirror(etc_apt=tmp_path) == "http://override.example/debian"
 
 
@@ -230,7 +230,7 @@ def test_debian_package_list_is_shared_by_both_build_paths() -> None:
     for wanted in ("bash", "coreutils", "procps", "python3", "git", "ca-certificates", "curl"):
         assert wanted in packages
     steps = dockerfile_instructions((debian / "Dockerfile").read_text())
-    assert ("COPY", "packages.txt /tmp/sbx-packages.txt") in steps
+    assert ("COPY", "packages.txt /tmp/sandvisor-packages.txt") in steps
     assert dockerfile_base(debian / "Dockerfile") == "debian:bookworm-slim"
 
 
@@ -248,10 +248,10 @@ def test_dev_image_has_the_toolchains_and_the_debian_build_paths() -> None:
         "npm",
     ):
         assert wanted in packages
-    # Docker's init (tini) is injected by the policies' init = true, as for sbx/debian.
+    # Docker's init (tini) is injected by the policies' init = true, as for sandvisor/debian.
     assert "tini" not in packages
     steps = dockerfile_instructions((dev / "Dockerfile").read_text())
-    assert ("COPY", "packages.txt /tmp/sbx-packages.txt") in steps
+    assert ("COPY", "packages.txt /tmp/sandvisor-packages.txt") in steps
     assert dockerfile_base(dev / "Dockerfile") == "debian:bookworm-slim"
     assert images.spec("dev").recipe == images.spec("debian").recipe == "debian"
 
@@ -264,9 +264,9 @@ def test_catalogue_names_the_shipped_folders_in_build_order() -> None:
 
 
 def test_images_dir_is_the_checkouts_sandbox_images(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SBX_IMAGES_DIR", raising=False)
+    monkeypatch.delenv("SANDVISOR_IMAGES_DIR", raising=False)
     assert images.images_dir() == REPO_IMAGES
-    monkeypatch.setenv("SBX_IMAGES_DIR", "/elsewhere")
+    monkeypatch.setenv("SANDVISOR_IMAGES_DIR", "/elsewhere")
     assert images.images_dir() == Path("/elsewhere")
 
 
@@ -288,13 +288,15 @@ def test_dockerfile_continuations_and_comments() -> None:
 
 def test_import_changes_keep_config_and_add_labels() -> None:
     text = 'FROM d\nARG X=1\nRUN apt-get update\nENV LANG=C.UTF-8\nWORKDIR /tmp\nCMD ["bash"]\n'
-    changes = import_changes(text, {"io.sbx.image": "debian", "io.sbx.image.source-hash": "abc"})
+    changes = import_changes(
+        text, {"io.sandvisor.image": "debian", "io.sandvisor.image.source-hash": "abc"}
+    )
     assert changes == [
         "ENV LANG=C.UTF-8",
         "WORKDIR /tmp",
         'CMD ["bash"]',
-        'LABEL io.sbx.image="debian"',
-        'LABEL io.sbx.image.source-hash="abc"',
+        'LABEL io.sandvisor.image="debian"',
+        'LABEL io.sandvisor.image.source-hash="abc"',
     ]
 
 
@@ -377,10 +379,10 @@ def test_piped_display_prints_one_line_per_step() -> None:
     display(_progress("debootstrap: retrieving"))
     display(_progress("debootstrap: retrieving", "1 adduser"))
     display(_progress("debootstrap: retrieving", "2 apt"))
-    display(_progress("docker import", "sbx/debian:abc", 40.0))
+    display(_progress("docker import", "sandvisor/debian:abc", 40.0))
     assert out.getvalue().splitlines() == [
         "[debian] 1.0s debootstrap: retrieving",
-        "[debian] 40.0s docker import: sbx/debian:abc",
+        "[debian] 40.0s docker import: sandvisor/debian:abc",
     ]
     assert "\r" not in out.getvalue()
 

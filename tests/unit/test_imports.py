@@ -1,6 +1,6 @@
 """Start-up cost: what importing the CLI, the client and the MCP server loads.
 
-Every ``sbx`` command is a new process, so a heavy import is paid on every call: the CLI
+Every ``sandvisor`` command is a new process, so a heavy import is paid on every call: the CLI
 registers all its subcommands, and none may pull in docker, FastAPI, uvicorn, httpx,
 pydantic or structlog before the command that needs them runs.
 """
@@ -34,7 +34,7 @@ def loaded_after(code: str) -> list[str]:
     [
         "import supervisor.interfaces.client",
         "from supervisor.interfaces.cli.main import build_parser; build_parser()",
-        # What `sbx ps` runs before it talks to the daemon, and how it prints a task.
+        # What `sandvisor ps` runs before it talks to the daemon, and how it prints a task.
         "from supervisor.interfaces.cli import tasks, remote; "
         "from supervisor.core.text import outcome_short; "
         "outcome_short({'status': 'completed', 'reason': 'exit', 'exit_code': 0})",

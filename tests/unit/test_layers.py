@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     "tooling": 4,
     "interfaces": 5,
 }
-#: The public facade (``supervisor/__init__.py``, ``_moved.py``) sits above every layer.
+#: The public facade (``supervisor/__init__.py``) sits above every layer.
 FACADE = len(LAYERS)
 
 
@@ -133,7 +133,7 @@ def test_the_package_has_no_upward_imports_and_no_cycles() -> None:
 def test_every_module_sits_in_a_layer() -> None:
     """Nothing but the facade lives at the top of the package."""
     top = {p.name for p in (REPO / "supervisor").glob("*.py")}
-    assert top == {"__init__.py", "_moved.py"}
+    assert top == {"__init__.py"}
     subpackages = {p.name for p in (REPO / "supervisor").iterdir() if p.is_dir()} - {"__pycache__"}
     assert subpackages == set(LAYERS)
 

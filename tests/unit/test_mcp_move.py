@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from supervisor.interfaces.client import SbxClient
+from supervisor.interfaces.client import SandvisorClient
 from supervisor.interfaces.mcp.bridge import SessionBridge
 from supervisor.interfaces.mcp.specs import BashCall, foreground
 
@@ -72,7 +72,7 @@ class StubDaemon:
 
 
 def _bridge(stub: StubDaemon) -> SessionBridge:
-    bridge = SessionBridge(cast(SbxClient, stub), "s", auto_background_s=30.0)
+    bridge = SessionBridge(cast(SandvisorClient, stub), "s", auto_background_s=30.0)
     bridge.foreground.add(TID)
     return bridge
 

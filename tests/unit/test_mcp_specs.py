@@ -1,5 +1,5 @@
 """The MCP tools' arguments: their checks, the spec fields they set, the texts they give,
-and ``sbx mcp --auto-background-after``."""
+and ``sandvisor mcp --auto-background-after``."""
 
 from __future__ import annotations
 
@@ -246,7 +246,7 @@ def test_the_bash_description_follows_the_auto_background_setting() -> None:
     assert "moved to the background" not in off and "default 120000" in off
 
 
-# -- sbx mcp --auto-background-after ------------------------------------------------------
+# -- sandvisor mcp --auto-background-after ------------------------------------------------------
 
 
 def _mcp_args(*argv: str) -> argparse.Namespace:

@@ -185,9 +185,11 @@ def test_task_failed_notification() -> None:
         description="dev server",
         output_path=OUT,
         error_code="image_missing",
-        message="image 'sbx/x' is not present",
+        message="image 'sandvisor/x' is not present",
     )
-    summary_text = "Background command \"dev server\" failed to start: image 'sbx/x' is not present"
+    summary_text = (
+        "Background command \"dev server\" failed to start: image 'sandvisor/x' is not present"
+    )
     assert render_xml(ev) == "\n".join(
         [
             "<task-notification>",

@@ -174,10 +174,10 @@ def test_watch_settings() -> None:
 def make_request(p: Policy, **kw: Any) -> tuple[Effective, ContainerRequest]:
     eff = resolve(spec(**kw), p)
     req = container_request(
-        name="sbx-s1-bg-00000001",
+        name="sandvisor-s1-bg-00000001",
         command=kw.get("command", "echo hi"),
         eff=eff,
-        labels={"io.sbx.session": "s1", "io.sbx.task": "bg-00000001"},
+        labels={"io.sandvisor.session": "s1", "io.sandvisor.task": "bg-00000001"},
         network="none",
         workspace=None,
     )
@@ -194,7 +194,7 @@ def test_container_request_is_hardened() -> None:
     )
     _, req = make_request(p, command="npm run dev 'x'")
     assert req.command == ["/bin/sh", "-c", "exec 2>&1; npm run dev 'x'"]
-    assert req.image == "sbx/debian:latest"
+    assert req.image == "sandvisor/debian:latest"
     assert req.user == "65534:65534"
     assert req.working_dir == "/tmp"
     assert req.runtime == "runc"
@@ -219,7 +219,7 @@ def test_container_request_is_hardened() -> None:
     assert req.env["TINI_KILL_PROCESS_GROUP"] == "1"
     assert req.env["HOME"] == "/tmp"
     assert (req.log_max_size, req.log_max_files) == ("16m", 3)
-    assert req.labels == {"io.sbx.session": "s1", "io.sbx.task": "bg-00000001"}
+    assert req.labels == {"io.sandvisor.session": "s1", "io.sandvisor.task": "bg-00000001"}
 
 
 def test_uid_only_user_owns_tmpfs_with_the_same_gid() -> None:
@@ -243,12 +243,12 @@ def test_image_override_and_workspace_mount() -> None:
         command="ls",
         eff=eff,
         labels={},
-        network="sbx-s1",
+        network="sandvisor-s1",
         workspace=ws,
         image="sha256:" + "a" * 64,
     )
     assert req.image == "sha256:" + "a" * 64
-    assert req.network == "sbx-s1"
+    assert req.network == "sandvisor-s1"
     assert req.mounts == [ws]
 
 
@@ -353,7 +353,7 @@ def test_workspace_outside_the_roots(tmp_path: Path) -> None:
 
 
 def test_no_roots_configured(tmp_path: Path) -> None:
-    with pytest.raises(PolicyError, match=r"none configured \(SBX_WORKSPACE_ROOTS\)"):
+    with pytest.raises(PolicyError, match=r"none configured \(SANDVISOR_WORKSPACE_ROOTS\)"):
         workspace_mount(ws_policy(tmp_path), [])
 
 

@@ -292,21 +292,21 @@ def test_collector_output_parses_with_every_name() -> None:
     def value(name: str, **labels: str) -> float:
         return samples[(name, tuple(sorted(labels.items())))]
 
-    assert value("sbx_tasks_running") == 1
-    assert value("sbx_tasks_started_total", policy="default") == 2
-    assert value("sbx_tasks_ended_total", reason="exit") == 1
-    assert value("sbx_tasks_ended_total", reason="failed") == 1
-    assert value("sbx_tasks_ended_total", reason="oom_killed") == 0
-    assert value("sbx_stalls_total") == 1
-    assert value("sbx_events_total", type="task.started") == 2
-    assert value("sbx_output_bytes_total") == 1234
-    assert value("sbx_sink_lag_events") == 7
-    assert value("sbx_engine_up") == 1
-    assert value("sbx_pool_ready", policy="default") == 2
-    assert value("sbx_sessions_open") == 3
-    assert value("sbx_task_start_seconds_count", path="cold") == 1
-    assert value("sbx_task_start_seconds_bucket", path="cold", le="0.05") == 0
-    assert value("sbx_task_start_seconds_bucket", path="cold", le="0.1") == 1
-    assert value("sbx_task_start_seconds_bucket", path="warm", le="0.005") == 1
-    assert value("sbx_task_start_seconds_bucket", path="warm", le="+Inf") == 1
-    assert value("sbx_task_start_seconds_sum", path="warm") == pytest.approx(0.003)
+    assert value("sandvisor_tasks_running") == 1
+    assert value("sandvisor_tasks_started_total", policy="default") == 2
+    assert value("sandvisor_tasks_ended_total", reason="exit") == 1
+    assert value("sandvisor_tasks_ended_total", reason="failed") == 1
+    assert value("sandvisor_tasks_ended_total", reason="oom_killed") == 0
+    assert value("sandvisor_stalls_total") == 1
+    assert value("sandvisor_events_total", type="task.started") == 2
+    assert value("sandvisor_output_bytes_total") == 1234
+    assert value("sandvisor_sink_lag_events") == 7
+    assert value("sandvisor_engine_up") == 1
+    assert value("sandvisor_pool_ready", policy="default") == 2
+    assert value("sandvisor_sessions_open") == 3
+    assert value("sandvisor_task_start_seconds_count", path="cold") == 1
+    assert value("sandvisor_task_start_seconds_bucket", path="cold", le="0.05") == 0
+    assert value("sandvisor_task_start_seconds_bucket", path="cold", le="0.1") == 1
+    assert value("sandvisor_task_start_seconds_bucket", path="warm", le="0.005") == 1
+    assert value("sandvisor_task_start_seconds_bucket", path="warm", le="+Inf") == 1
+    assert value("sandvisor_task_start_seconds_sum", path="warm") == pytest.approx(0.003)

@@ -16,7 +16,7 @@ from supervisor.engine.swarm.spec import (
 )
 
 NODE = {
-    "node.hostname": "sbx-lab-w2",
+    "node.hostname": "sandvisor-lab-w2",
     "node.role": "worker",
     "node.labels.sandbox": "gvisor",
 }
@@ -29,7 +29,7 @@ def test_constraints_parse_and_match_like_swarm() -> None:
     assert not matches_all([gvisor], {"node.hostname": "w1"})
     # A missing attribute equals nothing, so != holds; names compare case-insensitively.
     assert parse_constraint("node.labels.zone!=eu").matches(NODE)
-    assert parse_constraint("node.hostname==SBX-LAB-W2").matches(NODE)
+    assert parse_constraint("node.hostname==SANDVISOR-LAB-W2").matches(NODE)
     assert not parse_constraint("node.labels.sandbox==GVISOR").matches(NODE)
 
 
@@ -48,10 +48,10 @@ def test_bad_constraints_are_refused_saying_why(text: str, why: str) -> None:
 
 def request(**fields: object) -> ContainerRequest:
     base: dict[str, object] = {
-        "name": "sbx-bg-1",
-        "image": "sbx/minimal:latest",
+        "name": "sandvisor-bg-1",
+        "image": "sandvisor/minimal:latest",
         "command": ["sh", "-c", "echo hi"],
-        "labels": {"io.sbx.task": "bg-1"},
+        "labels": {"io.sandvisor.task": "bg-1"},
         "user": "65534:65534",
         "working_dir": "/tmp",
         "memory_bytes": 256 << 20,
@@ -80,7 +80,9 @@ def test_a_request_is_a_hardened_one_shot_job() -> None:
     c = template["ContainerSpec"]
     assert c["CapabilityDrop"] == ["ALL"] and c["ReadOnly"] is True and c["Init"] is True
     assert c["Ulimits"] == [{"Name": "nofile", "Soft": 1024, "Hard": 1024}]
-    assert c["Labels"]["io.sbx.task"] == "bg-1" and spec["Labels"]["io.sbx.task"] == "bg-1"
+    assert (
+        c["Labels"]["io.sandvisor.task"] == "bg-1" and spec["Labels"]["io.sandvisor.task"] == "bg-1"
+    )
     (tmp,) = c["Mounts"]  # a tmpfs volume: a service tmpfs cannot take nr_inodes
     assert tmp["Target"] == "/tmp"
     assert tmp["VolumeOptions"]["DriverConfig"]["Options"]["o"] == (

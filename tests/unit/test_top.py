@@ -1,4 +1,4 @@
-"""``sbx top``'s pure parts: rows, sizes, flags, the summary line and a frame's layout."""
+"""``sandvisor top``'s pure parts: rows, sizes, flags, the summary line and a frame's layout."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_a_frame_fits_the_window_and_says_what_is_hidden() -> None:
     lines = screen(snap, None, width=80, height=10, active=False)
     assert len(lines) == 10
     assert all(len(ANSI.sub("", line)) <= 80 for line in lines)
-    assert lines[0].startswith("sbx top · 1 session · 20 tasks: 20 running")
+    assert lines[0].startswith("sandvisor top · 1 session · 20 tasks: 20 running")
     assert lines[2].startswith("TASK")
     assert sum(1 for line in lines if "bg-" in line) == 6
     assert lines[-1].startswith("14 more")

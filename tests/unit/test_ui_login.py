@@ -34,7 +34,7 @@ def auth(tmp_path: Path, clock: Clock) -> Auth:
 def test_login_code_works_once_and_gives_a_cookie_for_the_same_principal(auth: Auth) -> None:
     who = Principal("session", "s1")
     code = auth.new_login(who, ttl_s=60)
-    assert code.startswith("sbxl_")
+    assert code.startswith("sandvisor_login_")
     assert auth.check(code) is None  # a code is no bearer token
     cookie = auth.redeem_login(code, cookie_ttl_s=3600)
     assert cookie is not None and cookie != code
@@ -56,7 +56,7 @@ def test_codes_and_cookies_expire(auth: Auth, clock: Clock) -> None:
 
 def test_unknown_values_and_logout(auth: Auth) -> None:
     assert auth.redeem_login(None, 10) is None
-    assert auth.redeem_login("sbxl_made-up", 10) is None
+    assert auth.redeem_login("sandvisor_login_made-up", 10) is None
     assert auth.check_cookie("") is None
     cookie = auth.redeem_login(auth.new_login(Principal("admin"), 60), 60)
     auth.end_cookie(cookie)
@@ -85,16 +85,16 @@ def test_grants_are_capped_oldest_first(auth: Auth, monkeypatch: pytest.MonkeyPa
     [
         (None, None),
         ("", None),
-        ("sbx_ui_1=abc", "abc"),
-        ("a=1; sbx_ui_1=abc; b=2", "abc"),
-        ('sbx_ui_1="abc"', "abc"),
-        ("sbx_ui_12=abc", None),
-        ("sbx_ui_1=", None),
-        ("sbx_ui_1=first; sbx_ui_1=second", "first"),
+        ("sandvisor_ui_1=abc", "abc"),
+        ("a=1; sandvisor_ui_1=abc; b=2", "abc"),
+        ('sandvisor_ui_1="abc"', "abc"),
+        ("sandvisor_ui_12=abc", None),
+        ("sandvisor_ui_1=", None),
+        ("sandvisor_ui_1=first; sandvisor_ui_1=second", "first"),
     ],
 )
 def test_cookie_value(header: str | None, value: str | None) -> None:
-    assert cookie_value(header, "sbx_ui_1") == value
+    assert cookie_value(header, "sandvisor_ui_1") == value
 
 
 def test_assets_load_and_names_are_plain() -> None:

@@ -74,7 +74,7 @@ def ws(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WS]:
     shm = Path("/dev/shm")
     if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
         pytest.skip("no second filesystem for the backup")
-    backup = shm / f"sbx-test-backup-{os.getpid()}-{tmp_path.name}"
+    backup = shm / f"sandvisor-test-backup-{os.getpid()}-{tmp_path.name}"
     try:
         yield WS(tmp_path, backup)
     finally:
@@ -427,7 +427,7 @@ def test_a_failure_midway_rolls_everything_back(ws: WS, monkeypatch: pytest.Monk
         ws.apply()
     assert snapshot(ws.lower, times=True, owners=True) == before
     assert latest_backup(ws.backup) is None
-    assert not list(ws.lower.rglob(".sbx-*"))
+    assert not list(ws.lower.rglob(".sandvisor-*"))
 
 
 def test_undo_after_a_crash_midway(ws: WS) -> None:
@@ -454,7 +454,7 @@ def test_undo_after_a_crash_midway(ws: WS) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 3
     assert snapshot(ws.lower) != before
-    assert list(ws.lower.rglob(".sbx-apply-*"))
+    assert list(ws.lower.rglob(".sandvisor-apply-*"))
     undo(ws.lower, ws.backup)  # the journal is enough
     assert snapshot(ws.lower, times=True, owners=True) == before
 

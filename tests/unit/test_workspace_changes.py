@@ -333,7 +333,7 @@ def test_manifest_round_trip_and_damage(tmp_path: Path) -> None:
     assert loaded.entries == manifest.entries
     assert loaded.skipped == manifest.skipped and loaded.since_ns == manifest.since_ns
     assert loaded.under("d") == ["d/b"]
-    (tmp_path / "bad").write_bytes(b"SBXMANIFEST 1\n{}\nnot zlib")
+    (tmp_path / "bad").write_bytes(b"SANDVISORMANIFEST 1\n{}\nnot zlib")
     with pytest.raises(WorkspaceError, match="damaged"):
         Manifest.load(tmp_path / "bad")
 

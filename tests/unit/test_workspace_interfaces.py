@@ -128,7 +128,7 @@ def test_changes_text_is_bounded() -> None:
     text = wt.changes_text(WS, "s1", found, diff)
     assert len(text) <= MAX_OUTPUT_CHARS
     assert "... and 800 more" in text and "diff truncated" in text
-    assert text.endswith("(`sbx workspace apply --session s1`).")
+    assert text.endswith("(`sandvisor workspace apply --session s1`).")
     small = wt.changes_text(WS, "s1", found[:1], "diff --git a/f0 b/f0\n+x\n")
     assert "added     f0 (10 bytes)" in small and "--- diff ---\ndiff --git" in small
     assert "no changes" in wt.changes_text(WS, "s1", [], "")

@@ -16,7 +16,7 @@ from supervisor.core.workspace import (
 )
 
 ROOTS = ["/home/ada", "/srv/projects"]
-STATE = "/home/ada/.local/state/sbx"
+STATE = "/home/ada/.local/state/sandvisor"
 
 
 def _plan(path: str, owner: tuple[int, int] = (1000, 1000), mode: str = "overlay") -> WorkspacePlan:
@@ -34,7 +34,7 @@ def test_a_project_under_a_root_is_seen_at_its_own_path() -> None:
     [
         ("/opt/proj", "not under an allowed workspace root"),
         ("/home/ada", "state directory"),  # contains the state dir (tokens!)
-        ("/home/ada/.local/state/sbx/sessions", "state directory"),
+        ("/home/ada/.local/state/sandvisor/sessions", "state directory"),
         ("/home/ada/my,proj", "separators"),
         ("/home/ada/my:proj", "separators"),
         ("/home/ada/back\\slash", "separators"),
@@ -106,10 +106,10 @@ def test_a_root_owned_workspace_as_root_needs_runsc_and_refuse_refuses() -> None
 
 
 def test_mounts_per_mode() -> None:
-    (ov,) = mounts(_plan("/home/ada/p"), "sbx-ws-s", [])
+    (ov,) = mounts(_plan("/home/ada/p"), "sandvisor-ws-s", [])
     assert (ov.type, ov.source, ov.target, ov.read_only) == (
         "volume",
-        "sbx-ws-s",
+        "sandvisor-ws-s",
         "/home/ada/p",
         False,
     )

@@ -51,7 +51,9 @@ class DockerBackend:
     ) -> None:
         self._endpoint = Endpoint(base_url, tls_dir=tls_dir)
         self.local = self._endpoint.local
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="sbx-docker")
+        self._pool = ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="sandvisor-docker"
+        )
         self._max_workers = max_workers
         self._client: Any = None
         self._api_prefix = "/v1.41"
@@ -142,7 +144,7 @@ class DockerBackend:
         except docker.errors.NotFound as exc:
             raise ImageMissing(
                 f"image {request.image!r} is not present on the engine; build it with "
-                f"`sbx images build` ({exc.explanation or exc})"
+                f"`sandvisor images build` ({exc.explanation or exc})"
             ) from exc
         except Exception as exc:
             raise translate_error(exc, f"create container {request.name}") from exc

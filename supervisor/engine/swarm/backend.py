@@ -1,6 +1,6 @@
 """The engine Protocol on Docker Swarm: a task is a one-replica job service the manager
 places; its stdio, signals, pause and stats go to the engine of the node it landed on (named
-by the node's ``io.sbx.engine`` label). The handle the runtime holds is the service id.
+by the node's ``io.sandvisor.engine`` label). The handle the runtime holds is the service id.
 
 Swarm's jobs ignore node loss and drains, so ``wait`` watches the nodes itself and reports a
 task whose node went down, was drained or whose engine restarted as ``lost``."""

@@ -1,5 +1,5 @@
 """The one network Swarm tasks join: Swarm offers services no ``none`` network, so tasks get
-``sbx-tasks``, an internal overlay network (no route out of the cluster, no gateway).
+``sandvisor-tasks``, an internal overlay network (no route out of the cluster, no gateway).
 
 Not a bridge made from per-node config networks (which could turn traffic between
 containers off): Engine 20.10 loses such a network's local part when a node's engine

@@ -1,5 +1,5 @@
 """The cluster's nodes as the supervisor needs them: what the manager says (GET /nodes,
-polled, since jobs ignore node loss), each node's own engine (from its ``io.sbx.engine``
+polled, since jobs ignore node loss), each node's own engine (from its ``io.sandvisor.engine``
 label) and what that engine runs, and a change signal for those waiting on a node."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from supervisor.engine.swarm.manager import ManagerAPI
 log = get_logger("supervisor.engine.swarm")
 
 #: The node label that names the node's own engine endpoint.
-ENGINE_LABEL = "io.sbx.engine"
+ENGINE_LABEL = "io.sandvisor.engine"
 #: How often the manager is asked for the nodes (node loss is seen within this of the
 #: manager's own verdict).
 POLL_S = 1.0
@@ -122,7 +122,7 @@ def endpoint_problem(url: str | None, tls_dir: str | None) -> str | None:
         if tls_dir is None and parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
             return (
                 f"its engine {url} is remote and no TLS folder is configured "
-                "(SBX_SWARM_TLS_DIR with ca.pem, cert.pem, key.pem); refusing plain TCP"
+                "(SANDVISOR_SWARM_TLS_DIR with ca.pem, cert.pem, key.pem); refusing plain TCP"
             )
         return None
     return f"unsupported engine endpoint {url!r} (unix://… or tcp://… with TLS)"

@@ -14,10 +14,10 @@ from supervisor.core.container import ContainerRequest
 API_VERSION = "1.41"
 #: The swarm network every task joins instead of ``none`` (which Swarm does not offer to
 #: services): an internal overlay, no route out (engine/swarm/network.py says why not a bridge).
-ISOLATED_NETWORK = "sbx-tasks"
+ISOLATED_NETWORK = "sandvisor-tasks"
 #: Labels the backend adds to every service and container it makes.
-LABEL_RUNTIME = "io.sbx.swarm.runtime"
-LABEL_INFRA = "io.sbx.infra"
+LABEL_RUNTIME = "io.sandvisor.swarm.runtime"
+LABEL_INFRA = "io.sandvisor.infra"
 #: Labels Swarm puts on a task's container.
 SWARM_SERVICE = "com.docker.swarm.service.id"
 SWARM_TASK = "com.docker.swarm.task.id"
@@ -26,13 +26,13 @@ SWARM_NODE = "com.docker.swarm.node.id"
 STOP_GRACE_NS = 10_000_000_000
 
 #: Hardening settings of the Docker backend that a 1.41 ContainerSpec cannot carry, and
-#: what stands in for each on Swarm. Rendered by ``sbx doctor`` and docs/swarm.md.
+#: what stands in for each on Swarm. Rendered by ``sandvisor doctor`` and docs/swarm.md.
 UNEXPRESSED: dict[str, str] = {
     "runtime (runsc per task)": "no per-service runtime: gVisor runs on dedicated nodes whose "
     "engine has runsc as its default runtime; the backend excludes nodes whose default "
     "runtime differs from the policy's, policies add node.labels.sandbox==gvisor, and a "
     "task found on a node with another runtime is killed and fails (fail closed)",
-    "network none": "Swarm offers services no `none` network: tasks join sbx-tasks, an "
+    "network none": "Swarm offers services no `none` network: tasks join sandvisor-tasks, an "
     "internal overlay (no route out of the cluster, DNS pointed at 127.0.0.1), where tasks "
     "CAN reach each other; on gVisor nodes runsc --network=none removes networking outright, "
     "so untrusted code gets no network at all",

@@ -1,1 +1,1 @@
-"""The ``sbx`` command line."""
+"""The ``sandvisor`` command line."""

@@ -69,7 +69,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 
 def fail(message: str, code: int = 1) -> int:
-    sys.stderr.write(f"sbx: error: {message}\n")
+    sys.stderr.write(f"sandvisor: error: {message}\n")
     return code
 
 

@@ -1,4 +1,4 @@
-"""``sbx doctor``: is this host ready to run sandboxed tasks? Exit 0 only when it is."""
+"""``sandvisor doctor``: is this host ready to run sandboxed tasks? Exit 0 only when it is."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from supervisor.interfaces.cli.common import HelpFormatter, fail, print_json, pr
 
 EPILOG = """\
 Checks: the engine answers (honours DOCKER_HOST; on a Swarm, every node: its engine from
-the io.sbx.engine label, whether it answers as that node, its default runtime and labels);
+the io.sandvisor.engine label, whether it answers as that node, its default runtime and labels);
 runc and runsc are registered and a probe container really starts under each; the sandbox
 images are present and built from the current sources; the state directory is writable;
 the policy files load.
@@ -24,10 +24,10 @@ a stale image is a warning; everything else that is not ok fails.
 exit status: 0 ready, 1 not ready
 
 examples:
-  sbx doctor
-  sbx doctor --json | jq '.checks[] | select(.status != "ok")'
-  DOCKER_HOST=unix:///run/other.sock sbx doctor --no-probe
-  sbx doctor --backend swarm --docker-host unix:///run/sbx-swarm-lab/n1.sock --no-probe
+  sandvisor doctor
+  sandvisor doctor --json | jq '.checks[] | select(.status != "ok")'
+  DOCKER_HOST=unix:///run/other.sock sandvisor doctor --no-probe
+  sandvisor doctor --backend swarm --docker-host unix:///run/sandvisor-swarm-lab/n1.sock --no-probe
 """
 
 
@@ -36,7 +36,7 @@ def _doctor(args: argparse.Namespace) -> int:
     from supervisor.tooling.doctor import run_checks  # noqa: PLC0415
 
     if args.backend:
-        os.environ["SBX_BACKEND"] = args.backend  # read where the backend is made
+        os.environ["SANDVISOR_BACKEND"] = args.backend  # read where the backend is made
     if args.docker_host:
         os.environ["DOCKER_HOST"] = args.docker_host
     state_dir = args.state_dir or default_state_dir()
@@ -62,7 +62,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``sbx doctor``."""
+    """Add ``sandvisor doctor``."""
     parser = subparsers.add_parser(
         "doctor",
         help="check the engine, runtimes, images and state dir",
@@ -75,13 +75,13 @@ def register(subparsers: Any) -> None:
         "--state-dir",
         type=Path,
         default=None,
-        help="state directory to check (default: $SBX_STATE_DIR or ~/.local/state/sbx)",
+        help="state directory to check (default: $SANDVISOR_STATE_DIR or ~/.local/state/sandvisor)",
     )
     parser.add_argument(
         "--policies-dir",
         type=Path,
         default=None,
-        help="policy files to load (default: $SBX_POLICIES_DIR or the checkout's policies/)",
+        help="policy files to load (default: $SANDVISOR_POLICIES_DIR or the checkout's policies/)",
     )
     parser.add_argument(
         "--no-probe",
@@ -92,7 +92,10 @@ def register(subparsers: Any) -> None:
         "--backend",
         choices=["docker", "swarm"],
         default=None,
-        help="one Docker engine, or a Swarm through its manager (default: $SBX_BACKEND, docker)",
+        help=(
+            "one Docker engine, or a Swarm through its manager"
+            " (default: $SANDVISOR_BACKEND, docker)"
+        ),
     )
     parser.add_argument(
         "--docker-host",

@@ -1,4 +1,4 @@
-"""``sbx images``: build the sandbox images offline and show whether they are up to date."""
+"""``sandvisor images``: build the sandbox images offline and show whether they are up to date."""
 
 from __future__ import annotations
 
@@ -16,35 +16,36 @@ if TYPE_CHECKING:
 
 #: The images ``supervisor.tooling.images.IMAGES`` builds, for the help texts. Spelled out
 #: here so that registering the command does not import the builder (and the docker SDK)
-#: on every ``sbx`` start; a unit test keeps the two equal.
+#: on every ``sandvisor`` start; a unit test keeps the two equal.
 IMAGES: tuple[str, ...] = ("minimal", "debian", "dev")
 
 IMAGES_EPILOG = """\
 examples:
-  sbx images build                 build every image whose sources changed
-  sbx images list                  name, tag, id, size, created, up to date
+  sandvisor images build                 build every image whose sources changed
+  sandvisor images list                  name, tag, id, size, created, up to date
 """
 
 BUILD_EPILOG = f"""\
-Each image is tagged sbx/<name>:<hash of its sources> and sbx/<name>:latest; an image whose
-sources did not change is not rebuilt. Images: {", ".join(IMAGES)}. Images whose base cannot
-be pulled (no registry) are built offline: debian and dev with debootstrap from the host's
-Debian mirror (needs root), minimal from Debian's busybox-static package.
+Each image is tagged sandvisor/<name>:<hash of its sources> and sandvisor/<name>:latest;
+an image whose sources did not change is not rebuilt. Images: {", ".join(IMAGES)}.
+Images whose base cannot be pulled (no registry) are built offline: debian and dev with
+debootstrap from the host's Debian mirror (needs root), minimal from Debian's
+busybox-static package.
 
 examples:
-  sbx images build                 all images, only when their sources changed
-  sbx images build minimal         just one
-  sbx images build --force debian  rebuild from scratch, without the build cache
-  sbx images build --offline       never try to pull a base image
+  sandvisor images build                 all images, only when their sources changed
+  sandvisor images build minimal         just one
+  sandvisor images build --force debian  rebuild from scratch, without the build cache
+  sandvisor images build --offline       never try to pull a base image
 """
 
 LIST_EPILOG = """\
-UP TO DATE is yes (built from the current sources), no (stale: run `sbx images build`)
+UP TO DATE is yes (built from the current sources), no (stale: run `sandvisor images build`)
 or missing.
 
 examples:
-  sbx images list
-  sbx images list --json | jq '.[] | select(.state != "yes") | .name'
+  sandvisor images list
+  sandvisor images list --json | jq '.[] | select(.state != "yes") | .name'
 """
 
 
@@ -182,7 +183,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``sbx images build`` and ``sbx images list``."""
+    """Add ``sandvisor images build`` and ``sandvisor images list``."""
     parser = subparsers.add_parser(
         "images",
         help="build and list the sandbox images (offline)",

@@ -1,4 +1,4 @@
-"""``sbx``: entry point. Each subcommand lives in its own module with ``register()``."""
+"""``sandvisor``: entry point. Each subcommand lives in its own module with ``register()``."""
 
 from __future__ import annotations
 
@@ -29,21 +29,21 @@ _MODULES = (
 
 EPILOG = """\
 examples:
-  sbx run -- make test       run a command in a sandbox, stream its output
-  sbx run --bg -- npm start  in the background; then sbx ps, logs -f, stop
-  sbx top                    every session's tasks, live (q quits)
-  sbx workspace diff         in a project: what the commands changed (then apply)
-  sbx doctor                 check the engine, runtimes and images
-  sbx images build           build the sandbox images (offline)
-  sbx serve --banner --ui    run the daemon (what `make run` does), print how to connect
+  sandvisor run -- make test       run a command in a sandbox, stream its output
+  sandvisor run --bg -- npm start  in the background; then sandvisor ps, logs -f, stop
+  sandvisor top                    every session's tasks, live (q quits)
+  sandvisor workspace diff         in a project: what the commands changed (then apply)
+  sandvisor doctor                 check the engine, runtimes and images
+  sandvisor images build           build the sandbox images (offline)
+  sandvisor serve --banner --ui    run the daemon (what `make run` does), print how to connect
                              and a login link to the web dashboard
-  sbx mcp                    an MCP server over stdio for agent clients
+  sandvisor mcp                    an MCP server over stdio for agent clients
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="sbx",
+        prog="sandvisor",
         description="Run every background command an AI agent launches in its own hardened "
         "Docker container.",
         epilog=EPILOG,

@@ -1,4 +1,4 @@
-"""``sbx mcp``: serve the sandbox tools to an AI agent over MCP (stdio)."""
+"""``sandvisor mcp``: serve the sandbox tools to an AI agent over MCP (stdio)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from supervisor.interfaces.cli.common import HelpFormatter
 
 EPILOG = """\
 examples:
-  sbx mcp                                 serve on stdin/stdout (start it from an MCP client)
-  sbx mcp --policy dev                    the toolchain image; tasks reach each other
-  sbx mcp --policy untrusted              every task under the gVisor policy
-  sbx mcp --workspace ~/src/app --workspace-mode ro
-  claude mcp add sbx -- /path/to/.venv/bin/sbx mcp --policy dev
+  sandvisor mcp                                 serve on stdin/stdout (start it from an MCP client)
+  sandvisor mcp --policy dev                    the toolchain image; tasks reach each other
+  sandvisor mcp --policy untrusted              every task under the gVisor policy
+  sandvisor mcp --workspace ~/src/app --workspace-mode ro
+  claude mcp add sandvisor -- /path/to/.venv/bin/sandvisor mcp --policy dev
 
 One MCP connection is one session: it is created when the server starts and ended (every
 container stopped and removed) when the client closes the connection or sends SIGTERM.
@@ -24,13 +24,13 @@ the protocol).
 
 Workspace: agent clients start MCP servers in the project, so the current directory is the
 session's workspace (at the same path inside, as its owner) when it is under one of the
-daemon's workspace roots (sbx serve --workspace-root; default: the home directory of the
+daemon's workspace roots (sandvisor serve --workspace-root; default: the home directory of the
 user running the daemon). Elsewhere the server runs without one and says so, on stderr
 and to the agent. In overlay mode (the default) the agent's writes stay out of the project
 until you apply them; the session id is on stderr at start, and its changes are kept when
 the session ends:
-  sbx workspace diff --session mcp-1a2b3c4d5e6f
-  sbx workspace apply --session mcp-1a2b3c4d5e6f
+  sandvisor workspace diff --session mcp-1a2b3c4d5e6f
+  sandvisor workspace apply --session mcp-1a2b3c4d5e6f
 
 tools: bash, task_output, task_stop, task_list, task_input, task_wait, monitor_start,
 workspace_changes (read-only), workspace_apply (only with --allow-agent-apply).
@@ -78,7 +78,10 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         type=Path,
         default=None,
         metavar="D",
-        help="the daemon's state directory (default: $SBX_STATE_DIR or ~/.local/state/sbx)",
+        help=(
+            "the daemon's state directory"
+            " (default: $SANDVISOR_STATE_DIR or ~/.local/state/sandvisor)"
+        ),
     )
     ws = p.add_argument_group("workspace")
     which = ws.add_mutually_exclusive_group()

@@ -1,4 +1,4 @@
-"""``sbx policies``: list the policies a supervisor would load, and show one in full."""
+"""``sandvisor policies``: list the policies a supervisor would load, and show one in full."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ A policy is a named, validated set of isolation settings and limits, one file pe
 (policies/<name>.toml). Tasks name theirs with `policy` (default: "default").
 
 examples:
-  sbx policies list                        name, runtime, network, image, description
-  sbx policies show untrusted              every effective value, defaults filled in
-  sbx policies list --policies-dir ./my-policies
+  sandvisor policies list                        name, runtime, network, image, description
+  sandvisor policies show untrusted              every effective value, defaults filled in
+  sandvisor policies list --policies-dir ./my-policies
 """
 
 LIST_EPILOG = """\
@@ -29,9 +29,9 @@ A malformed policy file is an error (exit status 1) that names the file, the key
 value and what is allowed: a supervisor would refuse to start with it.
 
 examples:
-  sbx policies list
-  sbx policies list --json | jq -r '.[] | select(.runtime == "runsc") | .name'
-  SBX_POLICIES_DIR=/etc/sbx/policies sbx policies list
+  sandvisor policies list
+  sandvisor policies list --json | jq -r '.[] | select(.runtime == "runsc") | .name'
+  SANDVISOR_POLICIES_DIR=/etc/sandvisor/policies sandvisor policies list
 """
 
 SHOW_EPILOG = """\
@@ -40,14 +40,14 @@ the keys its file leaves out. The text form is valid TOML: saved as <name>.toml 
 equivalent policy file. Keys that are not set (e.g. no idle timeout) appear as comments.
 
 examples:
-  sbx policies show default
-  sbx policies show ci --json | jq .limits
-  sbx policies show untrusted > policies/mine.toml   # then edit name and values
+  sandvisor policies show default
+  sandvisor policies show ci --json | jq .limits
+  sandvisor policies show untrusted > policies/mine.toml   # then edit name and values
 """
 
 
 def _load(args: argparse.Namespace) -> PolicySet:
-    # Here, not at the top: `sbx --help` and the other commands need no policy models.
+    # Here, not at the top: `sandvisor --help` and the other commands need no policy models.
     from supervisor.core.policy import PolicySet, default_policies_dir  # noqa: PLC0415
 
     directory: Path | None = args.policies_dir
@@ -149,13 +149,13 @@ def _add_dir_option(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="folder of <name>.toml policy files (default: $SBX_POLICIES_DIR, else the "
+        help="folder of <name>.toml policy files (default: $SANDVISOR_POLICIES_DIR, else the "
         "checkout's policies/)",
     )
 
 
 def register(subparsers: Any) -> None:
-    """Add ``sbx policies list`` and ``sbx policies show NAME``."""
+    """Add ``sandvisor policies list`` and ``sandvisor policies show NAME``."""
     parser = subparsers.add_parser(
         "policies",
         help="list the policies and show their effective settings",
@@ -189,7 +189,7 @@ def register(subparsers: Any) -> None:
         epilog=SHOW_EPILOG,
         formatter_class=HelpFormatter,
     )
-    show.add_argument("name", metavar="NAME", help="policy name (see `sbx policies list`)")
+    show.add_argument("name", metavar="NAME", help="policy name (see `sandvisor policies list`)")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     _add_dir_option(show)
     show.set_defaults(func=_show)

@@ -1,9 +1,9 @@
 """The current directory as a workspace: the CLI's session per project directory, and
 opening it on the daemon (which decides which directories may be workspaces).
 
-``sbx run`` in a project directory runs its command on that directory, in the session
+``sandvisor run`` in a project directory runs its command on that directory, in the session
 ``ws-<name>-<hash of its realpath>``: two projects never share a session, and every
-``sbx`` command run in the same directory finds it again. Outside the daemon's workspace
+``sandvisor`` command run in the same directory finds it again. Outside the daemon's workspace
 roots, commands fall back to the session ``default`` with no workspace.
 """
 
@@ -29,11 +29,11 @@ from supervisor.interfaces.cli.remote import (
     ensure_session,
     error_message,
 )
-from supervisor.interfaces.client import SbxClient
+from supervisor.interfaces.client import SandvisorClient
 
 try:
     # The hash hashlib would give, without the OpenSSL bindings hashlib loads first (about
-    # 20 ms of every `sbx` start).
+    # 20 ms of every `sandvisor` start).
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - CPython always has it
     from hashlib import blake2b
@@ -58,7 +58,7 @@ class WorkspaceChoice:
 def dir_session_id(path: str | os.PathLike[str]) -> str:
     """The CLI's session for a project directory: ``ws-<name>-<hash>``, where the hash is
     of the realpath (two directories never share one) and the name is the directory's own
-    (so that ``sbx session list`` says which project a session is)."""
+    (so that ``sandvisor session list`` says which project a session is)."""
     real = os.path.realpath(path)
     digest = blake2b(os.fsencode(real), digest_size=5).hexdigest()
     name = _UNSAFE.sub("-", os.path.basename(real)).strip("-._")[:24] or "root"
@@ -66,8 +66,8 @@ def dir_session_id(path: str | os.PathLike[str]) -> str:
 
 
 def explicit_session(args: argparse.Namespace) -> str | None:
-    """``--session``, else ``$SBX_SESSION``, else None."""
-    return getattr(args, "session", None) or os.environ.get("SBX_SESSION") or None
+    """``--session``, else ``$SANDVISOR_SESSION``, else None."""
+    return getattr(args, "session", None) or os.environ.get("SANDVISOR_SESSION") or None
 
 
 def cwd() -> str:
@@ -78,7 +78,7 @@ def cwd() -> str:
         return os.path.realpath(os.environ.get("PWD", "/"))
 
 
-async def current_session(client: SbxClient, args: argparse.Namespace) -> str:
+async def current_session(client: SandvisorClient, args: argparse.Namespace) -> str:
     """The session a command means when none is named: the current directory's, when the
     daemon has it open, else ``default``."""
     named = explicit_session(args)
@@ -147,9 +147,12 @@ def _same(info: dict[str, object], choice: WorkspaceChoice) -> bool:
 
 
 async def open_run_session(
-    client: SbxClient, args: argparse.Namespace, policy: str | None = None, start_failed: int = 1
+    client: SandvisorClient,
+    args: argparse.Namespace,
+    policy: str | None = None,
+    start_failed: int = 1,
 ) -> str:
-    """The session ``sbx run`` runs in, opened on its workspace if it is not open yet.
+    """The session ``sandvisor run`` runs in, opened on its workspace if it is not open yet.
     A policy refusal exits ``start_failed`` (the task never started)."""
     named = explicit_session(args)
     choice = workspace_choice(args)
@@ -177,8 +180,8 @@ async def open_run_session(
             raise CliError(error_message(exc)) from exc
         roots = ", ".join(exc.roots) or "none"
         sys.stderr.write(
-            f"sbx: {choice.path} is not under the daemon's workspace roots ({roots}): "
-            "running without a workspace (sbx serve --workspace-root DIR adds one; "
+            f"sandvisor: {choice.path} is not under the daemon's workspace roots ({roots}): "
+            "running without a workspace (sandvisor serve --workspace-root DIR adds one; "
             "--no-workspace says so)\n"
         )
         fallback = named or DEFAULT_SESSION
@@ -205,6 +208,6 @@ def _fixed(sid: str, info: dict[str, object], choice: WorkspaceChoice) -> str:
     have = f"{ws.get('path')} ({ws.get('mode')})" if isinstance(ws, dict) else "no workspace"
     return (
         f"session {sid} is open with {have}; a session's workspace is fixed when it opens. "
-        f"End it first (sbx session end {sid}) or use another --session for "
+        f"End it first (sandvisor session end {sid}) or use another --session for "
         f"{choice.path} ({choice.mode})"
     )

@@ -1,6 +1,6 @@
 """What the daemon-client subcommands share: options, sessions, errors, the event loop.
 
-Every ``sbx`` command that talks to the daemon runs one coroutine through :func:`call`,
+Every ``sandvisor`` command that talks to the daemon runs one coroutine through :func:`call`,
 which gets a client from ``ensure_daemon()`` (starting a daemon if none answers) and turns
 expected failures into one line on stderr and an exit status, never a traceback.
 """
@@ -28,13 +28,14 @@ from supervisor.core.errors import (
 )
 from supervisor.core.text import describe_end as end_phrase
 from supervisor.interfaces.cli.common import fail
-from supervisor.interfaces.client import SbxClient, TaskJson, ensure_daemon
+from supervisor.interfaces.client import SandvisorClient, TaskJson
+from supervisor.interfaces.launch import ensure_daemon
 
 DEFAULT_SESSION = "default"
 #: How long a command waits for a task that is still being created before giving up.
 START_WAIT_S = 60.0
 
-Command = Callable[[SbxClient, argparse.Namespace], Awaitable[int]]
+Command = Callable[[SandvisorClient, argparse.Namespace], Awaitable[int]]
 
 
 class CliError(SupervisorError):
@@ -69,7 +70,10 @@ def add_daemon_options(
         type=Path,
         default=None,
         metavar="DIR",
-        help="the daemon's state directory (default: $SBX_STATE_DIR or ~/.local/state/sbx)",
+        help=(
+            "the daemon's state directory"
+            " (default: $SANDVISOR_STATE_DIR or ~/.local/state/sandvisor)"
+        ),
     )
     if session:
         group.add_argument(
@@ -80,7 +84,7 @@ def add_daemon_options(
             or (
                 "the task's session (default: whichever open session has the task)"
                 if by_task
-                else "session id (default: $SBX_SESSION, else the current directory's "
+                else "session id (default: $SANDVISOR_SESSION, else the current directory's "
                 f"session if it has one, else {DEFAULT_SESSION!r})"
             ),
         )
@@ -109,7 +113,7 @@ def call(args: argparse.Namespace, command: Command, *, error_code: int = 1) -> 
         status = exc.exit_status if isinstance(exc, CliError) else error_code
         return fail(error_message(exc), status)
     except BrokenPipeError:
-        # The reader went away (``sbx logs -f | head``): that is how pipelines end.
+        # The reader went away (``sandvisor logs -f | head``): that is how pipelines end.
         _silence_stdout()
         return 141
     except KeyboardInterrupt:
@@ -147,7 +151,7 @@ def _silence_stdout() -> None:
 # -- sessions and tasks -------------------------------------------------------------------
 
 
-async def ensure_session(client: SbxClient, sid: str) -> None:
+async def ensure_session(client: SandvisorClient, sid: str) -> None:
     """Create the session on first use. Looks first: every POST mints another token."""
     if any(s.get("session_id") == sid for s in await client.sessions()):
         return
@@ -160,7 +164,7 @@ async def ensure_session(client: SbxClient, sid: str) -> None:
 
 
 async def locate_task(
-    client: SbxClient, args: argparse.Namespace, task_id: str
+    client: SandvisorClient, args: argparse.Namespace, task_id: str
 ) -> tuple[str, TaskJson]:
     """(session id, TaskInfo) of ``task_id``: in ``--session`` if given, else wherever it is."""
     sid = getattr(args, "session", None)
@@ -172,7 +176,7 @@ async def locate_task(
     return str(info["session_id"]), info
 
 
-async def wait_started(client: SbxClient, sid: str, info: TaskJson) -> TaskJson:
+async def wait_started(client: SandvisorClient, sid: str, info: TaskJson) -> TaskJson:
     """The task's info once it is past ``starting`` (its stdin is attached only then)."""
     deadline = time.monotonic() + START_WAIT_S
     while info.get("status") == "starting" and time.monotonic() < deadline:

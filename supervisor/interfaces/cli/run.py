@@ -1,4 +1,4 @@
-"""``sbx run``: start a command in a fresh sandbox, in the foreground or in the background."""
+"""``sandvisor run``: start a command in a fresh sandbox, in the foreground or in the background."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from supervisor.interfaces.cli.remote import (
 )
 
 if TYPE_CHECKING:
-    from supervisor.interfaces.client import SbxClient, TaskJson
+    from supervisor.interfaces.client import SandvisorClient, TaskJson
 
 #: Exit statuses in the foreground, as timeout(1) and docker run use them.
 EXIT_TIMEOUT = 124
@@ -41,40 +41,40 @@ EXIT_KILLED = 137
 EPILOG = f"""\
 In the foreground (the default) the output is streamed to stdout as it arrives, this
 program's stdin is forwarded to the command (EOF when it ends; --stdin closed gives EOF
-at once), and sbx exits with the command's exit code: {EXIT_TIMEOUT} when the timeout
+at once), and sandvisor exits with the command's exit code: {EXIT_TIMEOUT} when the timeout
 stopped it, {EXIT_KILLED} when it was killed (stopped, session ended, out of memory, lost),
 {EXIT_START_FAILED} when it never started (the reason is on stderr). Ctrl-C stops the task
-and exits 130. Ctrl-Z detaches: the task keeps running in its session, sbx prints its id
-and how to follow it (sbx logs -f ID, sbx wait ID, sbx stop ID) and exits 0.
+and exits 130. Ctrl-Z detaches: the task keeps running in its session, sandvisor prints its id
+and how to follow it (sandvisor logs -f ID, sandvisor wait ID, sandvisor stop ID) and exits 0.
 
-With --bg or --monitor the task keeps running after sbx returns: it prints the task id and
+With --bg or --monitor the task keeps running after sandvisor returns: it prints the task id and
 the output file (two plain lines when piped, the TaskInfo with --json). A monitor also turns
-every stdout line into an event (see `sbx events`).
+every stdout line into an event (see `sandvisor events`).
 
 COMMAND runs as `sh -c COMMAND` in the policy's image. Several words are joined with shell
-quoting (`sbx run -- ls -l "a b"`); a single word is the shell command as is
-(`sbx run -- 'make && make test'`).
+quoting (`sandvisor run -- ls -l "a b"`); a single word is the shell command as is
+(`sandvisor run -- 'make && make test'`).
 
 Workspace: run in a project directory and the command runs on it, at the same path, as the
 directory's owner (the daemon allows directories under its --workspace-root, by default
-the home directory of the user running it; elsewhere sbx says so and runs without one).
-Each project directory has a session of its own (ws-<name>-<hash>), which sbx ps, events
+the home directory of the user running it; elsewhere sandvisor says so and runs without one).
+Each project directory has a session of its own (ws-<name>-<hash>), which sandvisor ps, events
 and workspace find again from that directory. In overlay mode (the default) the project
-on disk stays as it is: review with `sbx workspace diff`, then `sbx workspace apply`.
+on disk stays as it is: review with `sandvisor workspace diff`, then `sandvisor workspace apply`.
 
 examples:
-  cd ~/src/app && sbx run --policy dev -- python3 -m pytest -q
+  cd ~/src/app && sandvisor run --policy dev -- python3 -m pytest -q
                                                the project's tests; the project unchanged
-  sbx workspace diff; sbx workspace apply      review what they wrote, then keep it
-  sbx run --workspace ~/src/app --workspace-mode ro -- make lint
-  sbx run --no-workspace -- uname -a           no project: a scratch working directory
-  sbx run -- sh -c 'echo out; exit 3'          prints out, exits 3
-  sbx run --timeout 30s -- make test           foreground, stopped after 30 s (exit 124)
-  echo hello | sbx run -- tr a-z A-Z           stdin is forwarded
-  sbx run --bg --persistent -d "dev server" -- 'npm run dev'
-  sbx run --monitor -- 'tail -f /var/log/app.log'
-  sbx run --bg --json --policy untrusted -- ./build.sh | jq -r .task_id
-  sbx run --bg --env CI=1 --poll-every 5m --stall-after 3s -- ./long-job
+  sandvisor workspace diff; sandvisor workspace apply      review what they wrote, then keep it
+  sandvisor run --workspace ~/src/app --workspace-mode ro -- make lint
+  sandvisor run --no-workspace -- uname -a           no project: a scratch working directory
+  sandvisor run -- sh -c 'echo out; exit 3'          prints out, exits 3
+  sandvisor run --timeout 30s -- make test           foreground, stopped after 30 s (exit 124)
+  echo hello | sandvisor run -- tr a-z A-Z           stdin is forwarded
+  sandvisor run --bg --persistent -d "dev server" -- 'npm run dev'
+  sandvisor run --monitor -- 'tail -f /var/log/app.log'
+  sandvisor run --bg --json --policy untrusted -- ./build.sh | jq -r .task_id
+  sandvisor run --bg --env CI=1 --poll-every 5m --stall-after 3s -- ./long-job
 """
 
 
@@ -150,7 +150,10 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         "--stdin",
         choices=["pipe", "closed"],
         default=None,
-        help="pipe: input can be sent (`sbx input`); closed: EOF at once (default: the policy's)",
+        help=(
+            "pipe: input can be sent (`sandvisor input`); closed: EOF at once"
+            " (default: the policy's)"
+        ),
     )
     p.add_argument(
         "--json", action="store_true", help="with --bg/--monitor: print the TaskInfo as JSON"
@@ -207,7 +210,7 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
     return spec
 
 
-async def _run(client: SbxClient, args: argparse.Namespace) -> int:
+async def _run(client: SandvisorClient, args: argparse.Namespace) -> int:
     sid = await open_run_session(client, args, args.policy, EXIT_START_FAILED)
     try:
         info = await client.start(sid, _spec(args))
@@ -229,7 +232,8 @@ def _print_started(info: TaskJson, args: argparse.Namespace) -> None:
         sys.stdout.write(
             f"started {kind} {info['task_id']} in session {info['session_id']}\n"
             f"output: {info['output_path']}\n"
-            f"follow: sbx logs -f {info['task_id']}   stop: sbx stop {info['task_id']}\n"
+            f"follow: sandvisor logs -f {info['task_id']}   "
+            f"stop: sandvisor stop {info['task_id']}\n"
         )
     sys.stdout.flush()
 
@@ -252,7 +256,7 @@ def exit_status(info: TaskJson) -> tuple[int, str | None]:
     return status, f"task {info['task_id']} {end_clause(info)}"
 
 
-async def _foreground(client: SbxClient, sid: str, info: TaskJson) -> int:
+async def _foreground(client: SandvisorClient, sid: str, info: TaskJson) -> int:
     tid = str(info["task_id"])
     loop = asyncio.get_running_loop()
     signals: list[int] = []
@@ -263,7 +267,7 @@ async def _foreground(client: SbxClient, sid: str, info: TaskJson) -> int:
             signals.append(signum)
             stream.cancel()
 
-    # Ctrl-Z (SIGTSTP) detaches instead of suspending sbx: the task runs on in its session.
+    # Ctrl-Z (SIGTSTP) detaches instead of suspending sandvisor: the task runs on in its session.
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP)
     for sig in handled:
         loop.add_signal_handler(sig, interrupted, sig)
@@ -290,36 +294,36 @@ async def _foreground(client: SbxClient, sid: str, info: TaskJson) -> int:
         _say_detached(info)
         return 0
     if signals:
-        sys.stderr.write(f"sbx: stopping task {tid}\n")
+        sys.stderr.write(f"sandvisor: stopping task {tid}\n")
         await _stop_quietly(client, sid, tid)
         return 128 + signals[0]
     final = (await client.wait(sid, tid))["task"]
     code, why = exit_status(final)
     if why:
-        sys.stderr.write(f"sbx: {why}\n")
+        sys.stderr.write(f"sandvisor: {why}\n")
     return code
 
 
 def _say_detached(info: TaskJson) -> None:
     """Ctrl-Z: the task runs on; say how to find it again (on stderr: stdout is its output)."""
     tid = info["task_id"]
-    stdin = "" if info.get("stdin") != "pipe" else f"   input: sbx input {tid} TEXT"
+    stdin = "" if info.get("stdin") != "pipe" else f"   input: sandvisor input {tid} TEXT"
     sys.stderr.write(
-        f"\nsbx: detached; task {tid} keeps running in session {info['session_id']}\n"
-        f"  follow: sbx logs -f {tid}   wait: sbx wait --timeout 1h {tid}   "
-        f"stop: sbx stop {tid}{stdin}\n"
+        f"\nsandvisor: detached; task {tid} keeps running in session {info['session_id']}\n"
+        f"  follow: sandvisor logs -f {tid}   wait: sandvisor wait --timeout 1h {tid}   "
+        f"stop: sandvisor stop {tid}{stdin}\n"
     )
     sys.stderr.flush()
 
 
-async def _stop_quietly(client: SbxClient, sid: str, tid: str) -> None:
+async def _stop_quietly(client: SandvisorClient, sid: str, tid: str) -> None:
     """Stop the task on our way out; say so if that fails (the exit status stays ours)."""
     try:
         await client.stop(sid, tid)
     except TaskNotRunning:
         pass  # it ended on its own meanwhile: nothing to stop
     except SupervisorError as exc:
-        sys.stderr.write(f"sbx: could not stop task {tid}: {error_message(exc)}\n")
+        sys.stderr.write(f"sandvisor: could not stop task {tid}: {error_message(exc)}\n")
 
 
 async def _cancel_forwarding(forward: asyncio.Task[None], tid: str) -> None:
@@ -331,10 +335,12 @@ async def _cancel_forwarding(forward: asyncio.Task[None], tid: str) -> None:
     except asyncio.CancelledError:
         pass  # what we asked for
     except SupervisorError as exc:
-        sys.stderr.write(f"sbx: could not forward stdin to task {tid}: {error_message(exc)}\n")
+        sys.stderr.write(
+            f"sandvisor: could not forward stdin to task {tid}: {error_message(exc)}\n"
+        )
 
 
-async def _stream_output(client: SbxClient, sid: str, tid: str) -> None:
+async def _stream_output(client: SandvisorClient, sid: str, tid: str) -> None:
     """Copy the output to stdout as it arrives, exact bytes, until the task has ended."""
     out = sys.stdout.buffer
     async for piece in client.follow_output(sid, tid):
@@ -342,7 +348,7 @@ async def _stream_output(client: SbxClient, sid: str, tid: str) -> None:
         out.flush()
 
 
-async def _forward_stdin(client: SbxClient, sid: str, info: TaskJson) -> None:
+async def _forward_stdin(client: SandvisorClient, sid: str, info: TaskJson) -> None:
     """Send what arrives on our stdin to the task; EOF when ours ends."""
     tid = str(info["task_id"])
     loop = asyncio.get_running_loop()
@@ -359,7 +365,7 @@ async def _forward_stdin(client: SbxClient, sid: str, info: TaskJson) -> None:
                 chunk = b""  # our stdin failed (closed terminal): the task gets EOF, as at its end
             try:
                 loop.call_soon_threadsafe(queue.put_nowait, chunk)
-            except RuntimeError:  # the loop has closed: sbx is exiting
+            except RuntimeError:  # the loop has closed: sandvisor is exiting
                 return
             if not chunk:
                 return
@@ -368,7 +374,7 @@ async def _forward_stdin(client: SbxClient, sid: str, info: TaskJson) -> None:
         sys.stdin.fileno()
     except (OSError, ValueError):
         return  # no stdin to forward (closed or replaced): the task just gets none
-    threading.Thread(target=reader, name="sbx-stdin", daemon=True).start()
+    threading.Thread(target=reader, name="sandvisor-stdin", daemon=True).start()
     await wait_started(client, sid, info)
     while True:
         chunk = await queue.get()

@@ -1,4 +1,4 @@
-"""``sbx serve``: run the daemon in the foreground."""
+"""``sandvisor serve``: run the daemon in the foreground."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
 
 EPILOG = f"""\
 examples:
-  sbx serve                                  unix socket in <state-dir>/daemon/sbx.sock
-  sbx serve --listen 127.0.0.1:8377          also loopback TCP (bearer token required)
-  sbx serve --ui                             also the dashboard on http://127.0.0.1:8377/ui/
-                                             (prints a one-time login link; sbx ui: another)
-  sbx serve --stop-tasks-on-exit             stop tasks on SIGTERM instead of leaving them
-  sbx serve --workspace-root ~/src --workspace-root /srv/projects
+  sandvisor serve                                  unix socket in <state-dir>/daemon/sandvisor.sock
+  sandvisor serve --listen 127.0.0.1:8377          also loopback TCP (bearer token required)
+  sandvisor serve --ui                             also the dashboard on http://127.0.0.1:8377/ui/
+                                             (prints a one-time login link; sandvisor ui: another)
+  sandvisor serve --stop-tasks-on-exit             stop tasks on SIGTERM instead of leaving them
+  sandvisor serve --workspace-root ~/src --workspace-root /srv/projects
                                              projects there may be session workspaces
-  sbx serve --webhook https://example/hook --webhook-secret-file secret.txt
+  sandvisor serve --webhook https://example/hook --webhook-secret-file secret.txt
 
 The admin token is in <state-dir>/daemon/admin.token (mode 0600).
 The daemon raises its own open-files limit (nofile) to the hard limit at start. Each
@@ -42,7 +42,7 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         "--state-dir",
         type=Path,
         default=None,
-        help="state directory (default: $SBX_STATE_DIR or ~/.local/state/sbx)",
+        help="state directory (default: $SANDVISOR_STATE_DIR or ~/.local/state/sandvisor)",
     )
     p.add_argument("--policies-dir", type=Path, default=None, help="policies directory")
     p.add_argument("--socket", type=Path, default=None, help="unix socket path")
@@ -80,14 +80,14 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         choices=["docker", "swarm"],
         default=None,
         help="one Docker engine, or a Swarm cluster through its manager (default: "
-        "$SBX_BACKEND, else docker)",
+        "$SANDVISOR_BACKEND, else docker)",
     )
     p.add_argument("--webhook", default=None, metavar="URL", help="POST every event here")
     p.add_argument(
         "--webhook-secret-file",
         type=Path,
         default=None,
-        help="HMAC key for the webhook's X-Sbx-Signature header",
+        help="HMAC key for the webhook's X-Sandvisor-Signature header",
     )
     p.add_argument(
         "--event-retention",
@@ -108,7 +108,7 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         default=[],
         metavar="DIR",
         help="directory under which sessions may have their workspace (repeatable; default: "
-        "$SBX_WORKSPACE_ROOTS, ':'-separated, else the home directory of the user running "
+        "$SANDVISOR_WORKSPACE_ROOTS, ':'-separated, else the home directory of the user running "
         "the daemon)",
     )
     p.add_argument(
@@ -148,8 +148,8 @@ def run(args: argparse.Namespace) -> int:
     from supervisor.interfaces.daemon.serve import DaemonSettings, main_serve  # noqa: PLC0415
 
     if args.backend:
-        # Read where the backend is made (supervisor.engine.select), as SBX_BACKEND is.
-        os.environ["SBX_BACKEND"] = args.backend
+        # Read where the backend is made (supervisor.engine.select), as SANDVISOR_BACKEND is.
+        os.environ["SANDVISOR_BACKEND"] = args.backend
     settings = DaemonSettings(
         state_dir=args.state_dir or default_state_dir(),
         policies_dir=args.policies_dir,

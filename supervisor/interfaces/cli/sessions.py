@@ -1,4 +1,5 @@
-"""``sbx events`` and ``sbx session``: a session's event stream, listing and ending sessions."""
+"""``sandvisor events`` and ``sandvisor session``: a session's event stream, listing and
+ending sessions."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from supervisor.interfaces.cli.remote import (
 from supervisor.interfaces.client import FOLLOW_WAIT_S
 
 if TYPE_CHECKING:
-    from supervisor.interfaces.client import SbxClient
+    from supervisor.interfaces.client import SandvisorClient
 
 EVENTS_EPILOG = """\
 json: one event a line (task.started, task.output, task.poll, task.stalled, task.stopped,
@@ -34,16 +35,16 @@ task.failed, session.ended), each with its seq. xml: what an agent is shown, the
 <task-notification> and <background_task_poll> blocks. Resume later with --since <last seq>.
 
 examples:
-  sbx events                                 everything the session still holds
-  sbx events -f                              and keep following until the session ends
-  sbx events --format xml --since 41
-  sbx events -f | jq -c 'select(.type == "task.stopped")'
+  sandvisor events                                 everything the session still holds
+  sandvisor events -f                              and keep following until the session ends
+  sandvisor events --format xml --since 41
+  sandvisor events -f | jq -c 'select(.type == "task.stopped")'
 """
 
 SESSION_EPILOG = """\
 examples:
-  sbx session list
-  sbx session end ci-42        stop and remove every container of session ci-42
+  sandvisor session list
+  sandvisor session end ci-42        stop and remove every container of session ci-42
 """
 
 SESSION_LIST_EPILOG = """\
@@ -51,8 +52,8 @@ Columns: SESSION, TASKS (started), RUNNING, LAST SEQ (newest event), CREATED and
 (the project directory its tasks run on, and the mode; - for none).
 
 examples:
-  sbx session list
-  sbx session list --json | jq -r '.[].session_id'
+  sandvisor session list
+  sandvisor session list --json | jq -r '.[].session_id'
 """
 
 SESSION_END_EPILOG = """\
@@ -60,9 +61,9 @@ Every task of the session is stopped (SIGTERM, grace, SIGKILL) and its container
 the session's tokens are revoked. Its records stay: using the id again opens it anew.
 
 examples:
-  sbx session end                  the current session ($SBX_SESSION, the current
+  sandvisor session end                  the current session ($SANDVISOR_SESSION, the current
                                    directory's, or default)
-  sbx session end ci-42 --json
+  sandvisor session end ci-42 --json
 """
 
 
@@ -127,7 +128,7 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         nargs="?",
         default=None,
         metavar="S",
-        help="session id (default: --session, $SBX_SESSION, the current directory's "
+        help="session id (default: --session, $SANDVISOR_SESSION, the current directory's "
         "session, or default)",
     )
     end.add_argument("--json", action="store_true", help="machine-readable output")
@@ -141,7 +142,7 @@ _seq = nonnegative_int("an event seq number")
 # -- events -------------------------------------------------------------------------------
 
 
-async def _events(client: SbxClient, args: argparse.Namespace) -> int:
+async def _events(client: SandvisorClient, args: argparse.Namespace) -> int:
     sid = await current_session(client, args)
     await ensure_session(client, sid)
     try:
@@ -159,7 +160,7 @@ async def _events(client: SbxClient, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _xml_events(client: SbxClient, sid: str, cursor: int, follow: bool) -> None:
+async def _xml_events(client: SandvisorClient, sid: str, cursor: int, follow: bool) -> None:
     wait_s = FOLLOW_WAIT_S if follow else 0.0
     while True:
         cursor, ended = await _xml_batch(client, sid, cursor, wait_s)
@@ -167,7 +168,9 @@ async def _xml_events(client: SbxClient, sid: str, cursor: int, follow: bool) ->
             return
 
 
-async def _xml_batch(client: SbxClient, sid: str, cursor: int, wait_s: float) -> tuple[int, bool]:
+async def _xml_batch(
+    client: SandvisorClient, sid: str, cursor: int, wait_s: float
+) -> tuple[int, bool]:
     text, last = await client.notifications(sid, after=cursor, fmt="xml", wait_s=wait_s)
     if text:
         sys.stdout.write(text.rstrip("\n") + "\n")
@@ -185,7 +188,7 @@ async def _xml_batch(client: SbxClient, sid: str, cursor: int, wait_s: float) ->
 # -- session ------------------------------------------------------------------------------
 
 
-async def _session_list(client: SbxClient, args: argparse.Namespace) -> int:
+async def _session_list(client: SandvisorClient, args: argparse.Namespace) -> int:
     sessions = await client.sessions()
     if args.json:
         print_json(sessions)
@@ -215,7 +218,7 @@ def _workspace(ws: object) -> str:
     return f"{ws.get('path')} ({ws.get('mode')})"
 
 
-async def _session_end(client: SbxClient, args: argparse.Namespace) -> int:
+async def _session_end(client: SandvisorClient, args: argparse.Namespace) -> int:
     sid = args.session_arg or await current_session(client, args)
     try:
         body = await client.end_session(sid)
@@ -229,6 +232,6 @@ async def _session_end(client: SbxClient, args: argparse.Namespace) -> int:
     if body.get("workspace_kept"):
         sys.stdout.write(
             f"its workspace changes are kept: review them with "
-            f"`sbx workspace diff --session {sid}`, then apply or discard them\n"
+            f"`sandvisor workspace diff --session {sid}`, then apply or discard them\n"
         )
     return 0

@@ -1,4 +1,5 @@
-"""``sbx ps``, ``logs``, ``stop``, ``input``, ``wait``: look at and steer tasks via the daemon."""
+"""``sandvisor ps``, ``logs``, ``stop``, ``input``, ``wait``: look at and steer tasks via the
+daemon."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from supervisor.interfaces.cli.remote import (
 from supervisor.interfaces.client import READ_CHUNK
 
 if TYPE_CHECKING:
-    from supervisor.interfaces.client import SbxClient, TaskJson
+    from supervisor.interfaces.client import SandvisorClient, TaskJson
 
 PS_EPILOG = """\
 Columns: TASK, SESSION, STATUS (starting, running, stopping, completed, failed, killed),
@@ -45,23 +46,23 @@ pool's containers come last: TASK pool, SESSION -, STATUS pool, OUTCOME "N ready
 COMMAND the policy (not in --json, which lists tasks only; see GET /healthz).
 
 examples:
-  sbx ps                          tasks of the current session ($SBX_SESSION, else the
+  sandvisor ps                          tasks of the current session ($SANDVISOR_SESSION, else the
                                   current directory's, else default)
-  sbx ps --active                 only those still running
-  sbx ps --all-sessions
-  sbx ps --all                    also the warm pool: a `pool` row per policy, with how
+  sandvisor ps --active                 only those still running
+  sandvisor ps --all-sessions
+  sandvisor ps --all                    also the warm pool: a `pool` row per policy, with how
                                   many containers wait ready for a task
-  sbx ps --json | jq -r '.[] | select(.status == "running") | .task_id'
+  sandvisor ps --json | jq -r '.[] | select(.status == "running") | .task_id'
 """
 
 LOGS_EPILOG = """\
 The output file holds the command's stdout and stderr merged, as exact bytes.
 
 examples:
-  sbx logs bg-7f3a9c2e                 everything so far
-  sbx logs --tail 20 bg-7f3a9c2e       the last 20 lines
-  sbx logs -f bg-7f3a9c2e              follow until the task ends
-  sbx logs --json bg-7f3a9c2e | jq -r .text
+  sandvisor logs bg-7f3a9c2e                 everything so far
+  sandvisor logs --tail 20 bg-7f3a9c2e       the last 20 lines
+  sandvisor logs -f bg-7f3a9c2e              follow until the task ends
+  sandvisor logs --json bg-7f3a9c2e | jq -r .text
 """
 
 STOP_EPILOG = """\
@@ -69,18 +70,18 @@ SIGTERM, the policy's grace period, then SIGKILL; the container is removed. A ta
 already ended is left alone: exit status 1, naming how it ended.
 
 examples:
-  sbx stop bg-7f3a9c2e
-  sbx stop --json bg-7f3a9c2e | jq .status
+  sandvisor stop bg-7f3a9c2e
+  sandvisor stop --json bg-7f3a9c2e | jq .status
 """
 
 INPUT_EPILOG = """\
 The task must have been started with stdin pipe (the default of most policies).
 
 examples:
-  sbx input bg-7f3a9c2e yes                   sends "yes\\n"
-  sbx input --no-newline bg-7f3a9c2e q        sends "q"
-  sbx input --eof bg-7f3a9c2e 'last line'     then closes the task's stdin (EOF)
-  printf 'a\\nb\\n' | sbx input bg-7f3a9c2e -   sends stdin's bytes as they are
+  sandvisor input bg-7f3a9c2e yes                   sends "yes\\n"
+  sandvisor input --no-newline bg-7f3a9c2e q        sends "q"
+  sandvisor input --eof bg-7f3a9c2e 'last line'     then closes the task's stdin (EOF)
+  printf 'a\\nb\\n' | sandvisor input bg-7f3a9c2e -   sends stdin's bytes as they are
 """
 
 WAIT_EPILOG = """\
@@ -89,9 +90,9 @@ line matched (printed; earlier lines count too), 1 on timeout, 2 when the task e
 without a match.
 
 examples:
-  sbx wait bg-7f3a9c2e                                 until it ends (up to 30 s)
-  sbx wait --timeout 10m --json bg-7f3a9c2e | jq .exit_code
-  sbx wait --pattern 'listening on :[0-9]+' --timeout 1m bg-7f3a9c2e
+  sandvisor wait bg-7f3a9c2e                                 until it ends (up to 30 s)
+  sandvisor wait --timeout 10m --json bg-7f3a9c2e | jq .exit_code
+  sandvisor wait --pattern 'listening on :[0-9]+' --timeout 1m bg-7f3a9c2e
 """
 
 
@@ -193,7 +194,7 @@ _count = nonnegative_int("a number of lines")
 # -- ps -----------------------------------------------------------------------------------
 
 
-async def _ps(client: SbxClient, args: argparse.Namespace) -> int:
+async def _ps(client: SandvisorClient, args: argparse.Namespace) -> int:
     args.all_sessions = args.all_sessions or args.all
     if args.all_sessions:
         sids = [str(s["session_id"]) for s in await client.sessions()]
@@ -240,7 +241,7 @@ async def _ps(client: SbxClient, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _pool_rows(client: SbxClient) -> list[list[str]]:
+async def _pool_rows(client: SandvisorClient) -> list[list[str]]:
     """A row per policy with warm containers ready (they belong to no task yet)."""
     pool = (await client.healthz()).get("pool") or {}
     ready: dict[str, int] = pool.get("ready") or {}
@@ -255,7 +256,7 @@ async def _pool_rows(client: SbxClient) -> list[list[str]]:
 
 
 async def _read_until(
-    client: SbxClient, sid: str, tid: str, start: int, end: int | None
+    client: SandvisorClient, sid: str, tid: str, start: int, end: int | None
 ) -> tuple[bytes, int, bool]:
     """Bytes from ``start`` up to ``end`` (None: what is there now), next offset, eof."""
     parts: list[bytes] = []
@@ -283,7 +284,9 @@ def _last_lines_start(data: bytes, lines: int) -> int | None:
     return pos + 1
 
 
-async def _tail(client: SbxClient, sid: str, info: TaskJson, lines: int) -> tuple[bytes, int, bool]:
+async def _tail(
+    client: SandvisorClient, sid: str, info: TaskJson, lines: int
+) -> tuple[bytes, int, bool]:
     """The last ``lines`` lines, read backwards from the end in growing steps."""
     tid = str(info["task_id"])
     # output_bytes counts the command's bytes; the file can only be longer (gap markers),
@@ -320,7 +323,7 @@ def _json_chunk(info: TaskJson, data: bytes, offset: int, next_offset: int, eof:
     return json.dumps(body)
 
 
-async def _logs(client: SbxClient, args: argparse.Namespace) -> int:
+async def _logs(client: SandvisorClient, args: argparse.Namespace) -> int:
     sid, info = await locate_task(client, args, args.task_id)
     tid = str(info["task_id"])
     if args.json and not args.follow:
@@ -355,7 +358,7 @@ def _emit(info: TaskJson, data: bytes, start: int, end: int, eof: bool, *, as_js
 # -- stop ---------------------------------------------------------------------------------
 
 
-async def _stop(client: SbxClient, args: argparse.Namespace) -> int:
+async def _stop(client: SandvisorClient, args: argparse.Namespace) -> int:
     sid, info = await locate_task(client, args, args.task_id)
     try:
         final = await client.stop(sid, str(info["task_id"]))
@@ -374,7 +377,7 @@ async def _stop(client: SbxClient, args: argparse.Namespace) -> int:
 # -- input --------------------------------------------------------------------------------
 
 
-async def _input(client: SbxClient, args: argparse.Namespace) -> int:
+async def _input(client: SandvisorClient, args: argparse.Namespace) -> int:
     if args.text == "-":
         data = sys.stdin.buffer.read()
     else:
@@ -400,7 +403,7 @@ def _wait_checked(args: argparse.Namespace) -> int:
     return call(args, _wait)
 
 
-async def _wait(client: SbxClient, args: argparse.Namespace) -> int:
+async def _wait(client: SandvisorClient, args: argparse.Namespace) -> int:
     sid, info = await locate_task(client, args, args.task_id)
     tid = str(info["task_id"])
     if args.pattern is None:
@@ -410,13 +413,13 @@ async def _wait(client: SbxClient, args: argparse.Namespace) -> int:
     except TaskNotRunning as exc:
         if args.json:
             print_json({"matched": False, "timed_out": False, "ended": True, **exc.body})
-        sys.stderr.write(f"sbx: {exc}\n")
+        sys.stderr.write(f"sandvisor: {exc}\n")
         return 2
     if args.json:
         print_json(found)
     if not found["matched"]:
         sys.stderr.write(
-            f"sbx: no line of task {tid} matched {args.pattern!r} within {args.timeout:g}s\n"
+            f"sandvisor: no line of task {tid} matched {args.pattern!r} within {args.timeout:g}s\n"
         )
         return 1
     if not args.json:
@@ -424,14 +427,16 @@ async def _wait(client: SbxClient, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _wait_end(client: SbxClient, sid: str, tid: str, args: argparse.Namespace) -> int:
+async def _wait_end(client: SandvisorClient, sid: str, tid: str, args: argparse.Namespace) -> int:
     """Without --pattern: until the task ends (0) or time runs out (1)."""
     body = await client.wait(sid, tid, timeout_s=args.timeout)
     task = body["task"]
     if args.json:
         print_json(task if not body["timed_out"] else body)
     if body["timed_out"]:
-        sys.stderr.write(f"sbx: task {tid} is still {task['status']} after {args.timeout:g}s\n")
+        sys.stderr.write(
+            f"sandvisor: task {tid} is still {task['status']} after {args.timeout:g}s\n"
+        )
         return 1
     if not args.json:
         sys.stdout.write(describe_end(task) + "\n")

@@ -1,4 +1,4 @@
-"""``sbx top``: the task table of every session the token may see, redrawn live in the
+"""``sandvisor top``: the task table of every session the token may see, redrawn live in the
 terminal (``--json``: one snapshot)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from supervisor.interfaces.cli.common import HelpFormatter, duration_s, print_js
 from supervisor.interfaces.cli.remote import add_daemon_options, call, error_message, one_line
 
 if TYPE_CHECKING:
-    from supervisor.interfaces.client import SbxClient, TaskJson
+    from supervisor.interfaces.client import SandvisorClient, TaskJson
 
 TOP_EPILOG = """\
 The tasks of every session the token may see (the admin token: all of them; a session's
@@ -35,10 +35,11 @@ keys: q (or Ctrl-C) quits; a shows only the tasks still running, or all again.
 Not on a terminal, it prints the table once (tab-separated, no header) and exits.
 
 examples:
-  sbx top
-  sbx top --session ci-42 --active
-  sbx top --json | jq '.tasks[] | select(.stalled) | .task_id'
-  SBX_URL=http://127.0.0.1:8765 SBX_TOKEN=sbxs_... sbx top     a session's own view
+  sandvisor top
+  sandvisor top --session ci-42 --active
+  sandvisor top --json | jq '.tasks[] | select(.stalled) | .task_id'
+  a session's own view:
+  SANDVISOR_URL=http://127.0.0.1:8765 SANDVISOR_TOKEN=sandvisor_session_... sandvisor top
 """
 
 HEADERS = ["task", "session", "status", "outcome", "time", "output", "policy", "flags", "command"]
@@ -83,7 +84,7 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     top.set_defaults(func=lambda a: call(a, _top))
 
 
-async def _top(client: SbxClient, args: argparse.Namespace) -> int:
+async def _top(client: SandvisorClient, args: argparse.Namespace) -> int:
     if args.json:
         print_json(await snapshot(client, args.session, active=args.active))
         return 0
@@ -97,7 +98,7 @@ async def _top(client: SbxClient, args: argparse.Namespace) -> int:
 # -- the snapshot ---------------------------------------------------------------------------
 
 
-async def snapshot(client: SbxClient, session: str | None, *, active: bool) -> dict[str, Any]:
+async def snapshot(client: SandvisorClient, session: str | None, *, active: bool) -> dict[str, Any]:
     """``{taken_at, sessions, tasks}``: every session the token may see (or ``session``)
     with its task counts by status, and their tasks, running ones first, newest first."""
     sessions = [await client.session(session)] if session else await client.sessions()
@@ -183,7 +184,7 @@ def screen(
 ) -> list[str]:
     """The lines of one frame, each at most ``width`` columns (colour codes aside)."""
     clock = time.strftime("%H:%M:%S")
-    title = f"sbx top · {summary(snap) if snap else 'connecting...'} · {clock}"
+    title = f"sandvisor top · {summary(snap) if snap else 'connecting...'} · {clock}"
     lines = [_cut(title, width)]
     lines.append(_cut(printable(f"error: {error}"), width) if error else "")
     rows = [row(t) for t in snap["tasks"]] if snap else []
@@ -226,7 +227,7 @@ def _colour_status(line: str, status: str, before: list[int]) -> str:
 class Live:
     """The alternate screen, redrawn every interval and on a key or a resize."""
 
-    def __init__(self, client: SbxClient, args: argparse.Namespace) -> None:
+    def __init__(self, client: SandvisorClient, args: argparse.Namespace) -> None:
         self.client = client
         self.session: str | None = args.session
         self.active: bool = args.active

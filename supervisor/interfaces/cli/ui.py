@@ -1,4 +1,5 @@
-"""``sbx ui``: print a new one-time login link to the daemon's dashboard (``sbx serve --ui``)."""
+"""``sandvisor ui``: print a new one-time login link to the daemon's dashboard
+(``sandvisor serve --ui``)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,16 @@ import argparse
 from supervisor.core.errors import NotFound
 from supervisor.interfaces.cli.common import HelpFormatter, duration_s, print_json
 from supervisor.interfaces.cli.remote import CliError, add_daemon_options, call
-from supervisor.interfaces.client import SbxClient
+from supervisor.interfaces.client import SandvisorClient
 
 EPILOG = """\
 The link logs one browser in, once, as this command's token: the admin (every session), or
-with $SBX_TOKEN set to a session's token, that session only. The browser then holds an
+with $SANDVISOR_TOKEN set to a session's token, that session only. The browser then holds an
 HttpOnly cookie; the link itself is spent. The daemon must run with --ui.
 
 examples:
-  sbx ui                      a link valid for 10 minutes
-  sbx ui --ttl 1h --json      {"url": ..., "expires_at": ...}
+  sandvisor ui                      a link valid for 10 minutes
+  sandvisor ui --ttl 1h --json      {"url": ..., "expires_at": ...}
 """
 
 
@@ -40,11 +41,13 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     p.set_defaults(func=lambda a: call(a, _login))
 
 
-async def _login(client: SbxClient, args: argparse.Namespace) -> int:
+async def _login(client: SandvisorClient, args: argparse.Namespace) -> int:
     try:
         link = await client.ui_login(args.ttl)
     except NotFound as exc:
-        raise CliError("the daemon serves no dashboard: restart it with `sbx serve --ui`") from exc
+        raise CliError(
+            "the daemon serves no dashboard: restart it with `sandvisor serve --ui`"
+        ) from exc
     if args.json:
         print_json(link)
     else:

@@ -1,4 +1,4 @@
-"""``sbx workspace``: review what a session's tasks changed in its project, then apply,
+"""``sandvisor workspace``: review what a session's tasks changed in its project, then apply,
 undo or discard it."""
 
 from __future__ import annotations
@@ -21,24 +21,24 @@ from supervisor.interfaces.cli.project import cwd, dir_session_id, explicit_sess
 from supervisor.interfaces.cli.remote import CliError, add_daemon_options, call, one_line
 
 if TYPE_CHECKING:
-    from supervisor.interfaces.client import SbxClient
+    from supervisor.interfaces.client import SandvisorClient
 
 #: Paths a conflict error lists before it says how many more there are.
 SHOWN_PATHS = 20
 
 WORKSPACE_EPILOG = """\
-A session opened on a project directory in overlay mode (what `sbx run` does in one) keeps
+A session opened on a project directory in overlay mode (what `sandvisor run` does in one) keeps
 every write of its tasks in a layer of its own: the project on disk does not change until
 you apply. Each subcommand acts on the current directory's session unless --session names
 one; an ended session's changes stay reviewable (7 days by default).
 
 examples:
-  sbx run --policy dev -- 'python3 -m pytest -q && black .'
-  sbx workspace changes          what the tasks added, modified, deleted
-  sbx workspace diff | less      the same as a unified diff (git apply accepts it)
-  sbx workspace apply            write them into the project (backed up)
-  sbx workspace undo             put the project back as it was before the apply
-  sbx workspace discard          drop them all
+  sandvisor run --policy dev -- 'python3 -m pytest -q && black .'
+  sandvisor workspace changes          what the tasks added, modified, deleted
+  sandvisor workspace diff | less      the same as a unified diff (git apply accepts it)
+  sandvisor workspace apply            write them into the project (backed up)
+  sandvisor workspace undo             put the project back as it was before the apply
+  sandvisor workspace discard          drop them all
 """
 
 CHANGES_EPILOG = """\
@@ -48,10 +48,10 @@ Columns: KIND (added, modified, deleted, replaced, mode), PATH, SIZE and NOTES: 
 apply leaves it out), binary, mode changes, symlink targets. Piped: tab-separated rows.
 
 examples:
-  sbx workspace changes
-  sbx workspace changes --ignored               also node_modules, .venv, build output...
-  sbx workspace changes --session mcp-1a2b3c4d5e6f
-  sbx workspace changes --json | jq -r '.[] | select(.conflict) | .path'
+  sandvisor workspace changes
+  sandvisor workspace changes --ignored               also node_modules, .venv, build output...
+  sandvisor workspace changes --session mcp-1a2b3c4d5e6f
+  sandvisor workspace changes --json | jq -r '.[] | select(.conflict) | .path'
 """
 
 DIFF_EPILOG = """\
@@ -59,23 +59,23 @@ What apply would write, as one unified diff with a/ and b/ paths relative to the
 (ignored changes and special files are left out; binary files as git binary patches).
 
 examples:
-  sbx workspace diff
-  sbx workspace diff > agent.patch && git apply --check agent.patch
-  sbx workspace diff --session mcp-1a2b3c4d5e6f | less
+  sandvisor workspace diff
+  sandvisor workspace diff > agent.patch && git apply --check agent.patch
+  sandvisor workspace diff --session mcp-1a2b3c4d5e6f | less
 """
 
 APPLY_EPILOG = """\
 Writes every change that is not ignored into the project on the host, atomically, as the
-project's owner; what it overwrites or deletes is backed up first (`sbx workspace undo`).
+project's owner; what it overwrites or deletes is backed up first (`sandvisor workspace undo`).
 It refuses, writing nothing, when a file it would touch changed on the host since the
 session started (--force overwrites them; their old versions are backed up too), and while
 the session's tasks run (--stop-tasks stops them first).
 
 examples:
-  sbx workspace apply
-  sbx workspace apply --stop-tasks          the dev server is still running: stop it first
-  sbx workspace apply --force               overwrite the conflicting host edits
-  sbx workspace apply --session mcp-1a2b3c4d5e6f --json
+  sandvisor workspace apply
+  sandvisor workspace apply --stop-tasks          the dev server is still running: stop it first
+  sandvisor workspace apply --force               overwrite the conflicting host edits
+  sandvisor workspace apply --session mcp-1a2b3c4d5e6f --json
 """
 
 DISCARD_EPILOG = """\
@@ -84,9 +84,9 @@ undo after it). The project on disk is not touched. For an ended session, everyt
 kept of it goes.
 
 examples:
-  sbx workspace discard
-  sbx workspace discard --stop-tasks
-  sbx workspace discard --session mcp-1a2b3c4d5e6f
+  sandvisor workspace discard
+  sandvisor workspace discard --stop-tasks
+  sandvisor workspace discard --session mcp-1a2b3c4d5e6f
 """
 
 UNDO_EPILOG = """\
@@ -96,11 +96,11 @@ again. When files the apply wrote were edited on the host since, it refuses and 
 nothing; --force undoes the rest and leaves those as they are.
 
 examples:
-  sbx workspace undo
-  sbx workspace undo --force
+  sandvisor workspace undo
+  sandvisor workspace undo --force
 """
 
-Action = Callable[["SbxClient", argparse.Namespace, str], Awaitable[int]]
+Action = Callable[["SandvisorClient", argparse.Namespace, str], Awaitable[int]]
 
 
 def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -130,7 +130,7 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         )
         add_daemon_options(
             p,
-            session_help="the session (default: $SBX_SESSION, else the current directory's)",
+            session_help="the session (default: $SANDVISOR_SESSION, else the current directory's)",
         )
         p.set_defaults(func=lambda a: call(a, _with_session(action)))
         return p
@@ -160,11 +160,13 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     undo.add_argument("--json", action="store_true", help="the result as JSON")
 
 
-def _with_session(action: Action) -> Callable[[SbxClient, argparse.Namespace], Awaitable[int]]:
+def _with_session(
+    action: Action,
+) -> Callable[[SandvisorClient, argparse.Namespace], Awaitable[int]]:
     """The action on the named session (or the current directory's), its errors as
     sentences that say what to do."""
 
-    async def run(client: SbxClient, args: argparse.Namespace) -> int:
+    async def run(client: SandvisorClient, args: argparse.Namespace) -> int:
         named = explicit_session(args)
         sid = named or dir_session_id(cwd())
         try:
@@ -173,8 +175,8 @@ def _with_session(action: Action) -> Callable[[SbxClient, argparse.Namespace], A
             if named:
                 raise CliError(f"no open session {sid!r}, and no changes of it are kept") from exc
             raise CliError(
-                f"no session for {cwd()} ({sid}): `sbx run` in this directory opens one; "
-                "or name one with --session S (sbx session list)"
+                f"no session for {cwd()} ({sid}): `sandvisor run` in this directory opens one; "
+                "or name one with --session S (sandvisor session list)"
             ) from exc
         except NoWorkspace as exc:
             raise CliError(f"session {sid!r} has no workspace (it was opened without one)") from exc
@@ -183,7 +185,7 @@ def _with_session(action: Action) -> Callable[[SbxClient, argparse.Namespace], A
             ids = ", ".join(exc.task_ids) or "some"
             raise CliError(
                 f"cannot {what}: session {sid} still runs {len(exc.task_ids) or 'some'} task(s): "
-                f"{ids} (see sbx ps --session {sid}); stop them, or pass --stop-tasks to "
+                f"{ids} (see sandvisor ps --session {sid}); stop them, or pass --stop-tasks to "
                 "stop them first"
             ) from exc
         except WorkspaceConflict as exc:
@@ -205,8 +207,8 @@ def _conflict_text(what: str, paths: list[str]) -> str:
         lines.append("--force undoes the rest and leaves these as they are")
     else:
         lines.append(
-            "review them (sbx workspace diff), then --force overwrites them (their host "
-            "versions are backed up: sbx workspace undo restores them)"
+            "review them (sandvisor workspace diff), then --force overwrites them (their host "
+            "versions are backed up: sandvisor workspace undo restores them)"
         )
     return "\n".join(lines)
 
@@ -247,7 +249,7 @@ def _notes(change: dict[str, Any]) -> str:
     return "; ".join(notes)
 
 
-async def _changes(client: SbxClient, args: argparse.Namespace, sid: str) -> int:
+async def _changes(client: SandvisorClient, args: argparse.Namespace, sid: str) -> int:
     found = await client.workspace_changes(sid, ignored=args.ignored)
     if args.json:
         print_json(found)
@@ -267,8 +269,8 @@ async def _changes(client: SbxClient, args: argparse.Namespace, sid: str) -> int
         conflicts = sum(1 for c in found if c.get("conflict"))
         tail = f", {conflicts} in conflict with host edits" if conflicts else ""
         sys.stdout.write(
-            f"\n{len(found)} change(s){tail}. Review: sbx workspace diff; keep them: "
-            f"sbx workspace apply{_session_flag(args, sid)}\n"
+            f"\n{len(found)} change(s){tail}. Review: sandvisor workspace diff; keep them: "
+            f"sandvisor workspace apply{_session_flag(args, sid)}\n"
         )
     return 0
 
@@ -277,20 +279,20 @@ def _session_flag(args: argparse.Namespace, sid: str) -> str:
     return f" --session {sid}" if explicit_session(args) else ""
 
 
-async def _diff(client: SbxClient, args: argparse.Namespace, sid: str) -> int:
+async def _diff(client: SandvisorClient, args: argparse.Namespace, sid: str) -> int:
     text = await client.workspace_diff(sid)
     out = sys.stdout.buffer
     out.write(text.encode("utf-8", "surrogateescape"))
     out.flush()
     if not text and sys.stderr.isatty():
-        sys.stderr.write(f"sbx: no changes to show in the workspace of session {sid}\n")
+        sys.stderr.write(f"sandvisor: no changes to show in the workspace of session {sid}\n")
     return 0
 
 
 # -- apply, discard, undo -----------------------------------------------------------------
 
 
-async def _apply(client: SbxClient, args: argparse.Namespace, sid: str) -> int:
+async def _apply(client: SandvisorClient, args: argparse.Namespace, sid: str) -> int:
     result = await client.apply_changes(sid, force=args.force, stop_tasks=args.stop_tasks)
     if args.json:
         print_json(result)
@@ -313,13 +315,13 @@ async def _apply(client: SbxClient, args: argparse.Namespace, sid: str) -> int:
         for s in skipped:
             reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
         said = ", ".join(f"{n} {r.replace('_', ' ')}" for r, n in sorted(reasons.items()))
-        sys.stdout.write(f"left out: {said} (sbx workspace changes --ignored lists them)\n")
+        sys.stdout.write(f"left out: {said} (sandvisor workspace changes --ignored lists them)\n")
     if applied:
-        sys.stdout.write(f"undo: sbx workspace undo{_session_flag(args, sid)}\n")
+        sys.stdout.write(f"undo: sandvisor workspace undo{_session_flag(args, sid)}\n")
     return 0
 
 
-async def _discard(client: SbxClient, args: argparse.Namespace, sid: str) -> int:
+async def _discard(client: SandvisorClient, args: argparse.Namespace, sid: str) -> int:
     await client.discard_changes(sid, stop_tasks=args.stop_tasks)
     if args.json:
         print_json({"session_id": sid, "discarded": True})
@@ -328,7 +330,7 @@ async def _discard(client: SbxClient, args: argparse.Namespace, sid: str) -> int
     return 0
 
 
-async def _undo(client: SbxClient, args: argparse.Namespace, sid: str) -> int:
+async def _undo(client: SandvisorClient, args: argparse.Namespace, sid: str) -> int:
     result = await client.undo_apply(sid, force=args.force, stop_tasks=args.stop_tasks)
     if args.json:
         print_json(result)

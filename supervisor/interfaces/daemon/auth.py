@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-ADMIN_PREFIX = "sbxa_"
-SESSION_PREFIX = "sbxs_"
-LOGIN_PREFIX = "sbxl_"
+ADMIN_PREFIX = "sandvisor_admin_"
+SESSION_PREFIX = "sandvisor_session_"
+LOGIN_PREFIX = "sandvisor_login_"
 #: Live login codes and dashboard cookies, each at most (minting more drops the oldest).
 MAX_UI_GRANTS = 1000
 

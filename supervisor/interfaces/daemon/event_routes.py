@@ -87,11 +87,11 @@ _XML: dict[int | str, dict[str, Any]] = {
         "description": "`format=json`: JSON; `format=xml`: the blocks as text",
         "content": {"application/xml": {"schema": {"type": "string"}}},
         "headers": {
-            "X-Sbx-Last-Seq": {
+            "X-Sandvisor-Last-Seq": {
                 "description": "`format=xml`: seq of the last event read",
                 "schema": {"type": "integer"},
             },
-            "X-Sbx-Ended": {
+            "X-Sandvisor-Ended": {
                 "description": "`format=xml`: `true` once the session ended and all was read",
                 "schema": {"type": "string", "enum": ["true", "false"]},
             },
@@ -236,7 +236,10 @@ def add_event_routes(api: FastAPI, sup: Supervisor) -> None:
             text = "\n".join(x for x in (render_xml(e) for e in items) if x)
             return PlainTextResponse(
                 text,
-                headers={"X-Sbx-Last-Seq": str(last), "X-Sbx-Ended": str(ended).lower()},
+                headers={
+                    "X-Sandvisor-Last-Seq": str(last),
+                    "X-Sandvisor-Ended": str(ended).lower(),
+                },
                 media_type="application/xml",
             )
         return JSONResponse(

@@ -34,7 +34,7 @@ from supervisor.interfaces.daemon.errors import error_response
 from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S, body_limit
 
 #: Where the guard leaves the caller's Principal for the routes.
-SCOPE_PRINCIPAL = "sbx.principal"
+SCOPE_PRINCIPAL = "sandvisor.principal"
 #: Routes anyone who can connect may call.
 PUBLIC_PATHS = frozenset({"/healthz"})
 #: Methods that change nothing: a cookie alone may make them (others also need an Origin).

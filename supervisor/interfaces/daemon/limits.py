@@ -55,12 +55,12 @@ MAX_REFUSING = 64
 REFUSE_LINGER_S = 1.0
 
 
-#: The dashboard (``sbx serve --ui``): its port when ``--listen`` names none (a free one
+#: The dashboard (``sandvisor serve --ui``): its port when ``--listen`` names none (a free one
 #: when it is taken), how long a login link and a login's cookie live.
 UI_PORT = 8377
 UI_LOGIN_TTL_S = 600.0
 UI_MAX_LOGIN_TTL_S = 86_400.0
-#: The link ``sbx serve --ui`` prints: a day, so it still works after lunch.
+#: The link ``sandvisor serve --ui`` prints: a day, so it still works after lunch.
 UI_BANNER_LOGIN_TTL_S = 86_400.0
 UI_COOKIE_TTL_S = 7 * 86_400.0
 

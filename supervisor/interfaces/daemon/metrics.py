@@ -31,17 +31,17 @@ from supervisor.runtime.supervisor import Supervisor
 
 #: Every metric family ``/metrics`` serves, as named in the text format.
 METRIC_NAMES = (
-    "sbx_tasks_running",
-    "sbx_tasks_started_total",
-    "sbx_tasks_ended_total",
-    "sbx_task_start_seconds",
-    "sbx_output_bytes_total",
-    "sbx_stalls_total",
-    "sbx_events_total",
-    "sbx_sink_lag_events",
-    "sbx_engine_up",
-    "sbx_pool_ready",
-    "sbx_sessions_open",
+    "sandvisor_tasks_running",
+    "sandvisor_tasks_started_total",
+    "sandvisor_tasks_ended_total",
+    "sandvisor_task_start_seconds",
+    "sandvisor_output_bytes_total",
+    "sandvisor_stalls_total",
+    "sandvisor_events_total",
+    "sandvisor_sink_lag_events",
+    "sandvisor_engine_up",
+    "sandvisor_pool_ready",
+    "sandvisor_sessions_open",
 )
 
 _F = TypeVar("_F", CounterMetricFamily, GaugeMetricFamily)
@@ -56,13 +56,13 @@ class SupervisorCollector:
     def collect(self) -> Iterator[Metric]:
         s = self._snapshot()
         yield GaugeMetricFamily(
-            "sbx_tasks_running",
+            "sandvisor_tasks_running",
             "Tasks that have not ended (starting, running or stopping), every session.",
             value=s.tasks_running,
         )
         yield _labelled(
             CounterMetricFamily(
-                "sbx_tasks_started",
+                "sandvisor_tasks_started",
                 "Tasks whose command started running (task.started), by policy.",
                 labels=["policy"],
             ),
@@ -70,7 +70,7 @@ class SupervisorCollector:
         )
         yield _labelled(
             CounterMetricFamily(
-                "sbx_tasks_ended",
+                "sandvisor_tasks_ended",
                 "Tasks that ended, by reason: task.stopped's reason (exit, timeout, "
                 "idle_timeout, user_stopped, session_ended, oom_killed, lost), or failed "
                 "for a task that never ran (task.failed).",
@@ -79,7 +79,7 @@ class SupervisorCollector:
             s.tasks_ended,
         )
         start = HistogramMetricFamily(
-            "sbx_task_start_seconds",
+            "sandvisor_task_start_seconds",
             "Seconds from a task's acceptance to the first byte of its output, by how it "
             "started: cold (a container created for it) or warm (from a warm pool).",
             labels=["path"],
@@ -89,41 +89,43 @@ class SupervisorCollector:
             start.add_metric([path], buckets, sum_value=hist.total)
         yield start
         yield CounterMetricFamily(
-            "sbx_output_bytes",
+            "sandvisor_output_bytes",
             "Bytes of output received from tasks (stdout and stderr, before the output cap).",
             value=s.output_bytes,
         )
         yield CounterMetricFamily(
-            "sbx_stalls",
+            "sandvisor_stalls",
             "Stall notices: a task appeared to wait for input on its stdin (task.stalled).",
             value=s.stalls,
         )
         yield _labelled(
             CounterMetricFamily(
-                "sbx_events", "Events logged, every session, by type.", labels=["type"]
+                "sandvisor_events", "Events logged, every session, by type.", labels=["type"]
             ),
             s.events,
         )
         yield GaugeMetricFamily(
-            "sbx_sink_lag_events",
+            "sandvisor_sink_lag_events",
             "Events logged but not yet delivered by the event sink furthest behind "
             "(0 without sinks); a sink more than sink_max_lag behind skips events.",
             value=s.sink_lag_events,
         )
         yield GaugeMetricFamily(
-            "sbx_engine_up",
+            "sandvisor_engine_up",
             "1 when the container engine answers, 0 when it does not.",
             value=1 if s.engine_up else 0,
         )
         yield _labelled(
             GaugeMetricFamily(
-                "sbx_pool_ready",
+                "sandvisor_pool_ready",
                 "Warm containers ready to take a command, by policy (every scope summed).",
                 labels=["policy"],
             ),
             s.pool_ready,
         )
-        yield GaugeMetricFamily("sbx_sessions_open", "Sessions open now.", value=s.sessions_open)
+        yield GaugeMetricFamily(
+            "sandvisor_sessions_open", "Sessions open now.", value=s.sessions_open
+        )
 
 
 def _labelled(family: _F, values: Mapping[str, int]) -> _F:
@@ -161,7 +163,7 @@ def add_metrics_route(app: FastAPI, sup: Supervisor) -> None:
         """Admin only (a session token gets 404): counters since the daemon started and
         gauges as of now, for Prometheus (``bearer_token_file`` with the admin token)."""
         # The engine flag changes only when something talks to the engine; a scrape asks
-        # (a sub-millisecond ping, bounded at 2 s) so sbx_engine_up is current.
+        # (a sub-millisecond ping, bounded at 2 s) so sandvisor_engine_up is current.
         with contextlib.suppress(EngineUnavailable):
             await sup.ensure_engine()
         encode, content_type = choose_encoder(request.headers.get("accept", ""))

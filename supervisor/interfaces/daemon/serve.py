@@ -48,7 +48,7 @@ log = get_logger("supervisor.interfaces.daemon")
 
 @dataclass
 class DaemonSettings:
-    """Everything ``sbx serve`` can be told."""
+    """Everything ``sandvisor serve`` can be told."""
 
     state_dir: Path = field(default_factory=default_state_dir)
     policies_dir: Path | None = None
@@ -81,7 +81,7 @@ class DaemonSettings:
 
     @property
     def socket(self) -> Path:
-        return self.socket_path or self.daemon_dir / "sbx.sock"
+        return self.socket_path or self.daemon_dir / "sandvisor.sock"
 
     @property
     def token_file(self) -> Path:
@@ -119,7 +119,7 @@ def _bind_unix(path: Path) -> socket.socket:
             path.unlink()
         else:
             probe.close()
-            raise SystemExit(f"sbx serve: another daemon is already listening on {path}")
+            raise SystemExit(f"sandvisor serve: another daemon is already listening on {path}")
         finally:
             probe.close()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -148,7 +148,7 @@ def _bind_tcp(listen: str) -> socket.socket:
     host = host.strip("[]") or "127.0.0.1"
     if host not in ("127.0.0.1", "::1", "localhost"):
         raise SystemExit(
-            f"sbx serve: --listen {listen}: only loopback addresses are allowed "
+            f"sandvisor serve: --listen {listen}: only loopback addresses are allowed "
             "(127.0.0.1, ::1, localhost)"
         )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -322,18 +322,18 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
 
 def connect_banner(settings: DaemonSettings, sup: Supervisor, tcp: str | None) -> str:
     """What a person needs to connect: the socket, the token, ready-to-paste MCP configs."""
-    sbx = Path(sys.executable).parent / "sbx"
+    sandvisor = Path(sys.executable).parent / "sandvisor"
     sock, token = settings.socket, settings.token_file
     engine = sup.engine_info.get("version", "unreachable")
     custom = settings.state_dir.resolve() != default_state_dir().resolve()
-    env = f"SBX_STATE_DIR={settings.state_dir} " if custom else ""
+    env = f"SANDVISOR_STATE_DIR={settings.state_dir} " if custom else ""
     mcp_json = json.dumps(
         {
             "mcpServers": {
-                "sbx": {
-                    "command": str(sbx),
+                "sandvisor": {
+                    "command": str(sandvisor),
                     "args": ["mcp"],
-                    **({"env": {"SBX_STATE_DIR": str(settings.state_dir)}} if env else {}),
+                    **({"env": {"SANDVISOR_STATE_DIR": str(settings.state_dir)}} if env else {}),
                 }
             }
         },
@@ -350,13 +350,13 @@ def connect_banner(settings: DaemonSettings, sup: Supervisor, tcp: str | None) -
     lines += [
         "",
         "Try it from another terminal:",
-        f"  {env}{sbx} run -- echo hello from a sandbox",
-        f"  {env}{sbx} run --bg -- 'for i in 1 2 3; do echo tick $i; sleep 1; done'",
-        f"  {env}{sbx} ps",
-        f'  curl --unix-socket {sock} -H "Authorization: Bearer $(cat {token})" http://sbx/healthz',
+        f"  {env}{sandvisor} run -- echo hello from a sandbox",
+        f"  {env}{sandvisor} run --bg -- 'for i in 1 2 3; do echo tick $i; sleep 1; done'",
+        f"  {env}{sandvisor} ps",
+        f'  curl --unix-socket {sock} -H "Authorization: Bearer $(cat {token})" http://sandvisor/healthz',
         "",
         "MCP clients (stdio; one connection = one session, ended when it closes):",
-        f"  Claude Code:   claude mcp add sbx -- {env}{sbx} mcp",
+        f"  Claude Code:   claude mcp add sandvisor -- {env}{sandvisor} mcp",
         "  .mcp.json / Claude Desktop (claude_desktop_config.json):",
         *("    " + line for line in mcp_json.splitlines()),
         "",
@@ -372,7 +372,7 @@ def dashboard_banner(url: str) -> str:
             "",
             "Dashboard: open this link to log in (it works once, within a day):",
             f"    {url}",
-            "  A new link any time: sbx ui",
+            "  A new link any time: sandvisor ui",
         ]
     )
 

@@ -95,7 +95,7 @@ def message_page(title: str, text: str, *, status: int, refresh_to: str | None =
     link = "" if refresh_to is None else f'<p><a href="{html.escape(refresh_to)}">Continue</a></p>'
     body = (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"{refresh}<title>{html.escape(title)} · sbx</title>"
+        f"{refresh}<title>{html.escape(title)} · sandvisor</title>"
         '<link rel="stylesheet" href="/ui/static/style.css"></head>'
         f'<body class="message"><main><h1>{html.escape(title)}</h1>'
         f"<p>{html.escape(text)}</p>{link}</main></body></html>"
@@ -108,12 +108,12 @@ def message_page(title: str, text: str, *, status: int, refresh_to: str | None =
 
 #: What a person is told when the dashboard will not show them something.
 NOT_LOGGED_IN = (
-    "This browser is not logged in to the dashboard. Open the login link that `sbx serve "
-    "--ui` printed, or get a new one with `sbx ui`."
+    "This browser is not logged in to the dashboard. Open the login link that `sandvisor serve "
+    "--ui` printed, or get a new one with `sandvisor ui`."
 )
 LINK_USED = (
     "This login link was already used or has expired (each link logs one browser in, once). "
-    "Get a new one with `sbx ui`."
+    "Get a new one with `sandvisor ui`."
 )
 NOT_FOUND = "There is no such session or task here, or this login may not see it."
 

@@ -1,4 +1,4 @@
-"""The dashboard's routes: its pages and static files (TCP, with ``sbx serve --ui``), the
+"""The dashboard's routes: its pages and static files (TCP, with ``sandvisor serve --ui``), the
 one-time login link exchanged for a cookie, and logging out.
 
 The pages are static files; their script reads the ids from the address and talks to the
@@ -57,7 +57,7 @@ class UiConfig:
 
 
 def cookie_name(port: int) -> str:
-    return f"sbx_ui_{port}"
+    return f"sandvisor_ui_{port}"
 
 
 def add_ui_routes(api: FastAPI, sup: Supervisor, auth: Auth, ui: UiConfig) -> None:

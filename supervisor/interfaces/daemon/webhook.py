@@ -14,8 +14,8 @@ from supervisor.core.logs import get_logger
 
 log = get_logger("supervisor.webhook")
 
-SIGNATURE_HEADER = "X-Sbx-Signature"
-TIMESTAMP_HEADER = "X-Sbx-Timestamp"
+SIGNATURE_HEADER = "X-Sandvisor-Signature"
+TIMESTAMP_HEADER = "X-Sandvisor-Timestamp"
 
 
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:
@@ -54,9 +54,9 @@ class WebhookSink:
             stamp = str(int(time.time()))
             headers = {
                 "Content-Type": "application/json",
-                "X-Sbx-Event": event.type,
-                "X-Sbx-Seq": str(event.seq),
-                "X-Sbx-Session": event.session_id,
+                "X-Sandvisor-Event": event.type,
+                "X-Sandvisor-Seq": str(event.seq),
+                "X-Sandvisor-Session": event.session_id,
                 TIMESTAMP_HEADER: stamp,
             }
             if self.secret:

@@ -35,7 +35,7 @@ from supervisor.core.problems import InvalidRequest
 from supervisor.core.render import render_xml
 from supervisor.core.text import describe_end, utf8_safe_end
 from supervisor.core.wire import make_error
-from supervisor.interfaces.client import SbxClient, task_info
+from supervisor.interfaces.client import SandvisorClient, task_info
 from supervisor.interfaces.mcp import specs, texts, workspace_texts
 from supervisor.interfaces.mcp.specs import BashCall, Planned
 from supervisor.interfaces.mcp.texts import (
@@ -53,7 +53,7 @@ FOREGROUND_SLACK_S: Final = 30.0
 STOP_TIMEOUT_S: Final = 30.0
 #: Pause before following events again after the daemon failed to answer.
 RETRY_S: Final = 1.0
-#: How long a foreground command runs before it is moved to the background (``sbx mcp
+#: How long a foreground command runs before it is moved to the background (``sandvisor mcp
 #: --auto-background-after``; 0: never, it runs in the foreground until it ends).
 AUTO_BACKGROUND_S: Final = 30.0
 _LOG_LEVELS: Final[tuple[types.LoggingLevel, ...]] = (
@@ -70,7 +70,7 @@ _LOG_LEVELS: Final[tuple[types.LoggingLevel, ...]] = (
 
 def warn(message: str) -> None:
     """Diagnostics go to stderr: stdout carries the protocol."""
-    sys.stderr.write(f"sbx mcp: {message}\n")
+    sys.stderr.write(f"sandvisor mcp: {message}\n")
     sys.stderr.flush()
 
 
@@ -96,7 +96,7 @@ class SessionBridge:
 
     def __init__(
         self,
-        client: SbxClient,
+        client: SandvisorClient,
         session_id: str,
         policy: str | None = None,
         *,
@@ -456,7 +456,7 @@ class SessionBridge:
         if session is None or _LOG_LEVELS.index(level) < _LOG_LEVELS.index(self.min_log_level):
             return
         try:
-            await session.send_log_message(level, text, logger="sbx")
+            await session.send_log_message(level, text, logger="sandvisor")
         except Exception as exc:  # noqa: BLE001 - best-effort channel; the drain delivers
             warn(f"could not send a log notification: {exc!r}")
 
@@ -478,8 +478,8 @@ class SessionBridge:
             warn(
                 f"session {sid} ended ({stopped} task(s) stopped); its changes to "
                 f"{(self.workspace or {}).get('path', 'the project')} are kept: review them "
-                f"with `sbx workspace diff --session {sid}`, then `sbx workspace apply "
-                f"--session {sid}` (or `sbx workspace discard --session {sid}`)"
+                f"with `sandvisor workspace diff --session {sid}`, then `sandvisor workspace apply "
+                f"--session {sid}` (or `sandvisor workspace discard --session {sid}`)"
             )
         else:
             warn(f"session {sid} ended ({stopped} task(s) stopped)")

@@ -1,6 +1,6 @@
-"""``sbx mcp``: an MCP server over stdio; one MCP connection is one supervisor session.
+"""``sandvisor mcp``: an MCP server over stdio; one MCP connection is one supervisor session.
 
-The server is a client of the daemon (``SbxClient``). At start-up it opens a fresh session
+The server is a client of the daemon (``SandvisorClient``). At start-up it opens a fresh session
 with a random id; when the connection closes (stdin EOF) or on SIGTERM it ends the session,
 which stops and removes every container the agent started. What the tools do is in
 ``bridge``; what the agent reads is in ``texts``.
@@ -25,7 +25,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from supervisor.core.errors import PolicyError, SupervisorError, WorkspaceOutsideRoots
-from supervisor.interfaces.client import SbxClient, ensure_daemon
+from supervisor.interfaces.client import SandvisorClient
+from supervisor.interfaces.launch import ensure_daemon
 from supervisor.interfaces.mcp import texts, workspace_texts
 from supervisor.interfaces.mcp.bridge import AUTO_BACKGROUND_S, SessionBridge, warn
 from supervisor.interfaces.mcp.specs import BashCall
@@ -66,7 +67,7 @@ _SESSION_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
 
 @dataclass
 class McpOptions:
-    """What ``sbx mcp`` is told."""
+    """What ``sandvisor mcp`` is told."""
 
     state_dir: Path | None = None
     session_prefix: str = "mcp"
@@ -84,7 +85,7 @@ class McpOptions:
 def build_server(bridge: SessionBridge, *, allow_apply: bool = False) -> MCPServer:
     """The MCP server: its tools call ``bridge``. ``allow_apply``: offer workspace_apply."""
     server: MCPServer = MCPServer(
-        "sbx",
+        "sandvisor",
         title="sandbox-supervisor",
         instructions=workspace_texts.instructions(bridge.workspace),
         version="0.1.0",
@@ -255,7 +256,7 @@ class _Refused(Exception):
 
 
 async def _open_session(
-    client: SbxClient, session_id: str, options: McpOptions
+    client: SandvisorClient, session_id: str, options: McpOptions
 ) -> tuple[WorkspaceJson | None, str | None]:
     """Open the connection's session on its workspace: (the workspace as the daemon
     describes it, a note for the agent when there is none). The current directory is only
@@ -281,7 +282,7 @@ async def _open_session(
                 raise _Refused(f"--workspace {options.workspace}: {exc}") from exc
             if isinstance(exc, WorkspaceOutsideRoots):
                 roots = ", ".join(exc.roots) or "none"
-                why = f"is not under the sbx daemon's workspace roots ({roots})"
+                why = f"is not under the sandvisor daemon's workspace roots ({roots})"
             else:
                 why = f"cannot be a workspace ({exc})"
         else:
@@ -304,8 +305,8 @@ def _started(session_id: str, ws: WorkspaceJson | None) -> str:
     if ws["mode"] == "overlay":
         text += (
             f". The agent's changes stay out of the project until you apply them: "
-            f"sbx workspace diff --session {session_id}, then "
-            f"sbx workspace apply --session {session_id}"
+            f"sandvisor workspace diff --session {session_id}, then "
+            f"sandvisor workspace apply --session {session_id}"
         )
     return text
 

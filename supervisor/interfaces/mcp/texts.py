@@ -190,9 +190,9 @@ CloseStdin = Annotated[bool, Field(description="Close stdin after writing.")]
 def error_text(exc: SupervisorError) -> str:
     """A failed tool call's result: the stable code, then what went wrong."""
     if isinstance(exc, DaemonNotRunning):
-        return f"Error ({exc.code}): the sbx daemon does not answer ({exc})"
+        return f"Error ({exc.code}): the sandvisor daemon does not answer ({exc})"
     if isinstance(exc, DaemonError):
-        return f"Error ({exc.code}): request to the sbx daemon failed ({exc})"
+        return f"Error ({exc.code}): request to the sandvisor daemon failed ({exc})"
     return f"Error ({exc.code}): {exc}"
 
 

@@ -154,9 +154,9 @@ StopTasks = Annotated[
 def no_workspace_note(path: str, why: str) -> str:
     """For the agent's first tool result when the server runs without a workspace."""
     return (
-        f"[sbx: this session has no workspace: {path} {why}. Commands run in a scratch "
+        f"[sandvisor: this session has no workspace: {path} {why}. Commands run in a scratch "
         "directory and nothing persists between calls. The user can start the server in a "
-        "project directory, or allow it with `sbx serve --workspace-root DIR`.]"
+        "project directory, or allow it with `sandvisor serve --workspace-root DIR`.]"
     )
 
 
@@ -183,7 +183,7 @@ def changes_text(
     """A ``workspace_changes`` result: the list, then the diff, within MAX_OUTPUT_CHARS."""
     where = f"Workspace {ws['path']} (overlay, session {session_id})"
     apply_hint = (
-        f"Applying them to the project is the user's decision (`sbx workspace apply "
+        f"Applying them to the project is the user's decision (`sandvisor workspace apply "
         f"--session {session_id}`)."
     )
     if not found:
@@ -207,7 +207,7 @@ def changes_text(
             cut = cut[: cut.rfind("\n") + 1] if "\n" in cut else cut
             text += (
                 f"\n\n--- diff (first {len(cut)} of {len(diff)} characters) ---\n{cut.rstrip()}"
-                "\n[... diff truncated; the user sees all of it with `sbx workspace diff "
+                "\n[... diff truncated; the user sees all of it with `sandvisor workspace diff "
                 f"--session {session_id}` ...]"
             )
     return f"{text}\n\n{apply_hint}"
@@ -245,4 +245,4 @@ def applied_text(result: dict[str, Any], session_id: str) -> str:
     skipped = result.get("skipped", [])
     if skipped:
         text += f" Left out {len(skipped)} ignored or special path(s)."
-    return text + (f" The user can undo it with `sbx workspace undo --session {session_id}`.")
+    return text + (f" The user can undo it with `sandvisor workspace undo --session {session_id}`.")

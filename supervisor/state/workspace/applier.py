@@ -434,7 +434,7 @@ class _Run:
         """A file or symlink: built under a temporary name beside its target, then linked
         in (when the target is absent: never overwrites what appeared meanwhile) or renamed
         over it (the old entry backed up first)."""
-        tmp = f".sbx-apply-{secrets.token_hex(6)}"
+        tmp = f".sandvisor-apply-{secrets.token_hex(6)}"
         upfd = self.udirs.get(step.parent)
         # Journaled first, so an undo after a crash also removes a temporary left behind.
         self.store.record("tmp", c.path, tmp=tmp)

@@ -297,7 +297,7 @@ def _empty_dir(name: str, parent_fd: int, dev: int, pending: list[str]) -> None:
                 entries.pop()
                 continue
             if len(stack) >= _FLATTEN_AT:
-                moved = f".sbx-rm-{secrets.token_hex(8)}"
+                moved = f".sandvisor-rm-{secrets.token_hex(8)}"
                 os.rename(entry.name, moved, src_dir_fd=fd, dst_dir_fd=parent_fd)
                 pending.append(moved)
                 entries.pop()

@@ -121,7 +121,7 @@ def check_ignore(
     a directory the lower lacks should not be asked."""
     if not paths or find_repo(lower) is None or _git() is None:
         return None
-    with tempfile.NamedTemporaryFile("w", prefix="sbx-excludes-", delete=False) as fh:
+    with tempfile.NamedTemporaryFile("w", prefix="sandvisor-excludes-", delete=False) as fh:
         fh.write("".join(f"{line}\n" for line in defaults))
         excludes = fh.name
     try:

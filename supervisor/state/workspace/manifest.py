@@ -51,7 +51,7 @@ HEAVY_DIRS: frozenset[str] = frozenset(
 #: up to a tick (4 to 10 ms) behind ``time.time_ns()``.
 CLOCK_SLACK_NS = 50_000_000
 
-_MAGIC = b"SBXMANIFEST 1\n"
+_MAGIC = b"SANDVISORMANIFEST 1\n"
 _RECORD = struct.Struct("<IQqqQ")
 
 

@@ -104,7 +104,7 @@ def build(
     pull: bool = True,
     client: Any = None,
 ) -> BuildResult:
-    """Build ``sbx/<name>:<source hash>`` unless it exists, and point ``latest`` at it.
+    """Build ``sandvisor/<name>:<source hash>`` unless it exists, and point ``latest`` at it.
 
     ``force`` rebuilds without the build cache. ``pull`` allows pulling a Dockerfile's base
     image; without it (or when the pull fails) images that need one are built offline.

@@ -13,9 +13,9 @@ from supervisor.core.errors import SupervisorError
 #: Bump when the build procedure changes in a way that changes the images, so every
 #: image is rebuilt once even though its source files did not change.
 BUILDER_VERSION = "1"
-REPOSITORY_PREFIX = "sbx/"
-LABEL_IMAGE = "io.sbx.image"
-LABEL_SOURCE_HASH = "io.sbx.image.source-hash"
+REPOSITORY_PREFIX = "sandvisor/"
+LABEL_IMAGE = "io.sandvisor.image"
+LABEL_SOURCE_HASH = "io.sandvisor.image.source-hash"
 #: Build scratch folder inside each image's sources: gitignored and never hashed.
 BUILD_DIR = ".build"
 
@@ -34,7 +34,7 @@ class ImageSpec:
     """One image of the catalogue: its name and how it is built."""
 
     name: str
-    """``sbx/<name>``; also the folder of its sources under ``sandbox_images/``."""
+    """``sandvisor/<name>``; also the folder of its sources under ``sandbox_images/``."""
     recipe: Recipe
     """``busybox``: Debian's busybox-static fetched, then ``docker build`` on ``scratch``.
     ``debian``: ``docker build`` when the Dockerfile's base is at hand, else debootstrap of
@@ -47,7 +47,7 @@ class ImageSpec:
     dependencies name virtual packages (npm's do), which debootstrap's resolver ignores."""
 
 
-#: The images ``sbx images build`` knows, in build order.
+#: The images ``sandvisor images build`` knows, in build order.
 CATALOGUE: tuple[ImageSpec, ...] = (
     ImageSpec("minimal", "busybox", "Debian's static busybox on scratch"),
     ImageSpec("debian", "debian", "Debian bookworm with bash, python3, git and curl"),
@@ -70,8 +70,8 @@ def spec(name: str) -> ImageSpec:
 
 
 def images_dir() -> Path:
-    """``$SBX_IMAGES_DIR``, else the ``sandbox_images/`` folder of this checkout."""
-    env = os.environ.get("SBX_IMAGES_DIR")
+    """``$SANDVISOR_IMAGES_DIR``, else the ``sandbox_images/`` folder of this checkout."""
+    env = os.environ.get("SANDVISOR_IMAGES_DIR")
     if env:
         return Path(env)
     # supervisor/tooling/images/catalogue.py -> the checkout's root.
@@ -100,7 +100,7 @@ def source_files(directory: Path) -> list[str]:
 
 def hash_sources(directory: Path, name: str) -> str:
     """First 12 hex digits of a sha256 over the builder version, name, paths and bytes."""
-    digest = hashlib.sha256(f"sbx-images/{BUILDER_VERSION}/{name}\0".encode())
+    digest = hashlib.sha256(f"sandvisor-images/{BUILDER_VERSION}/{name}\0".encode())
     for rel in source_files(directory):
         data = (directory / rel).read_bytes()
         # Lengths delimit the fields, so moving bytes between a name and a file can't collide.
@@ -115,7 +115,7 @@ def source_hash(name: str, *, root: Path | None = None) -> str:
 
 
 def repository(name: str) -> str:
-    """``sbx/<name>``."""
+    """``sandvisor/<name>``."""
     return f"{REPOSITORY_PREFIX}{name}"
 
 

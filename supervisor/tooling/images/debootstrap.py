@@ -44,7 +44,7 @@ def _ensure_debootstrap(b: Build) -> str:
 
 
 def _scratch_parent() -> str:
-    env = os.environ.get("SBX_BUILD_TMPDIR")
+    env = os.environ.get("SANDVISOR_BUILD_TMPDIR")
     if env:
         return env
     # The root filesystem takes 0.4 to 1.2 GB and /tmp is often a small RAM-backed tmpfs. mkdtemp
@@ -61,17 +61,17 @@ def debootstrap_import(b: Build, *, installer: Installer = "debootstrap") -> str
     if os.geteuid() != 0:
         raise ImageBuildError(
             "debootstrap needs root (it chroots and creates device nodes): run "
-            f"`sbx images build {b.name}` as root, or make the base image available"
+            f"`sandvisor images build {b.name}` as root, or make the base image available"
         )
     mirror = host_debian_mirror()
     if installer == "apt" and not mirror.startswith(("http://", "https://")):
         # apt runs inside the new root, where a file: path of the host does not exist.
         raise ImageBuildError(
             f"image {b.name} installs its packages with apt-get inside the new root, which "
-            f"cannot read the mirror {mirror}: set SBX_DEBIAN_MIRROR to an http(s) mirror"
+            f"cannot read the mirror {mirror}: set SANDVISOR_DEBIAN_MIRROR to an http(s) mirror"
         )
     packages = read_packages(b.directory / "packages.txt")
-    work = Path(tempfile.mkdtemp(prefix=f"sbx-{b.name}-", dir=_scratch_parent()))
+    work = Path(tempfile.mkdtemp(prefix=f"sandvisor-{b.name}-", dir=_scratch_parent()))
     try:
         # A subfolder, because mkdtemp's 0700 would become the image's / and lock out uid 65534.
         rootfs = work / "rootfs"

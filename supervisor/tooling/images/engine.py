@@ -89,7 +89,7 @@ def _created(data: dict[str, Any]) -> datetime | None:
 
 
 def image_status(client: Any, name: str) -> ImageStatus:
-    """Whether ``sbx/<name>:latest`` exists and was built from the current sources."""
+    """Whether ``sandvisor/<name>:latest`` exists and was built from the current sources."""
     current = source_hash(name)
     repo = repository(name)
     with engine_errors(f"inspect {repo}:latest"):

@@ -99,8 +99,11 @@ def pick_debian_mirror(sources: Sequence[AptSource], suite: str = DEBIAN_SUITE) 
 
 
 def host_debian_mirror(*, etc_apt: Path = Path("/etc/apt"), suite: str = DEBIAN_SUITE) -> str:
-    """``$SBX_DEBIAN_MIRROR``, else the host's apt mirror for ``suite``, else deb.debian.org."""
-    env = os.environ.get("SBX_DEBIAN_MIRROR")
+    """``$SANDVISOR_DEBIAN_MIRROR``, else the host's apt mirror for ``suite``.
+
+    Else deb.debian.org.
+    """
+    env = os.environ.get("SANDVISOR_DEBIAN_MIRROR")
     if env:
         return env.rstrip("/")
     sources: list[AptSource] = []

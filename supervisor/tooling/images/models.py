@@ -18,13 +18,13 @@ class ImageStatus(_Model):
     name: str
     """Image name (``minimal``, ``debian``, ``dev``)."""
     repository: str
-    """``sbx/<name>``."""
+    """``sandvisor/<name>``."""
     source_hash: str
     """Content hash of the image's current sources."""
     tag: str
-    """``sbx/<name>:<source_hash>``: the tag an up-to-date build carries."""
+    """``sandvisor/<name>:<source_hash>``: the tag an up-to-date build carries."""
     present: bool
-    """Whether ``sbx/<name>:latest`` exists."""
+    """Whether ``sandvisor/<name>:latest`` exists."""
     up_to_date: bool
     """Whether ``latest`` was built from the current sources."""
     state: Literal["yes", "no", "missing"]
@@ -45,7 +45,7 @@ class BuildResult(_Model):
     name: str
     """Image name."""
     tag: str
-    """``sbx/<name>:<source_hash>``."""
+    """``sandvisor/<name>:<source_hash>``."""
     image_id: str
     """Image id both ``tag`` and ``latest`` point at."""
     built: bool

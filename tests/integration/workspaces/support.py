@@ -117,7 +117,9 @@ async def run_ok(session: Session, command: str, **kw: Any) -> str:
 
 async def merged_listing(session: Session, policy: str = "default") -> dict[str, Any]:
     """What a task of the session sees in its working directory."""
-    out = await run_ok(session, 'python3 -c "$SBX_LIST"', policy=policy, env={"SBX_LIST": LISTING})
+    out = await run_ok(
+        session, 'python3 -c "$SANDVISOR_LIST"', policy=policy, env={"SANDVISOR_LIST": LISTING}
+    )
     return parse_listing(out)
 
 
@@ -129,7 +131,7 @@ def our_volumes(sup: Supervisor) -> list[str]:
     """Volumes this supervisor labelled as its own."""
     client = engine()
     try:
-        found = client.volumes(filters={"label": f"io.sbx.owner={sup.instance_id}"})
+        found = client.volumes(filters={"label": f"io.sandvisor.owner={sup.instance_id}"})
     finally:
         client.close()
     return sorted(v["Name"] for v in (found or {}).get("Volumes") or [])

@@ -166,7 +166,7 @@ def _volumes_of(instance: str) -> list[str]:
 
     client = engine()
     try:
-        found = client.volumes(filters={"label": f"io.sbx.owner={instance}"})
+        found = client.volumes(filters={"label": f"io.sandvisor.owner={instance}"})
     finally:
         client.close()
     return [v["Name"] for v in (found or {}).get("Volumes") or []]
@@ -225,15 +225,15 @@ async def test_the_reaper_removes_a_gone_owners_workspace_volume(
     from tests.integration.workspaces.support import engine  # noqa: PLC0415
 
     client = engine()
-    name = f"sbx-ws-gone-{os.getpid()}-{time.monotonic_ns()}"
+    name = f"sandvisor-ws-gone-{os.getpid()}-{time.monotonic_ns()}"
     gone = {
-        "io.sbx.owner": "gone0000",
-        "io.sbx.owner.host": socket.gethostname(),
-        "io.sbx.owner.boot": boot_id(),
-        "io.sbx.owner.pid": "999999",
-        "io.sbx.owner.lock": "/nonexistent/state/supervisor.lock",
-        "io.sbx.session": "s-gone",
-        "io.sbx.kind": "workspace",
+        "io.sandvisor.owner": "gone0000",
+        "io.sandvisor.owner.host": socket.gethostname(),
+        "io.sandvisor.owner.boot": boot_id(),
+        "io.sandvisor.owner.pid": "999999",
+        "io.sandvisor.owner.lock": "/nonexistent/state/supervisor.lock",
+        "io.sandvisor.session": "s-gone",
+        "io.sandvisor.kind": "workspace",
     }
     client.create_volume(name, driver="local", labels={**gone, **owned_label()})
     try:

@@ -82,7 +82,7 @@ async def test_the_engines_files_the_state_dir_and_the_whole_host(
 @pytest.fixture
 def usr_local_root() -> Iterator[Path]:
     """A workspace root under /usr/local (a system path inside the images)."""
-    root = Path("/usr/local") / f"sbx-wstest-{secrets.token_hex(4)}"
+    root = Path("/usr/local") / f"sandvisor-wstest-{secrets.token_hex(4)}"
     root.mkdir()
     try:
         yield root
@@ -110,7 +110,7 @@ async def test_a_reserved_container_path_falls_back_to_workspace(
         seen = await merged_listing(session)
         assert seen["cwd"] == FALLBACK_PATH
         assert seen["tree"] == host_listing(project)
-        await run_ok(session, "echo b > b.txt; test ! -e /usr/local/sbx-wstest-*")
+        await run_ok(session, "echo b > b.txt; test ! -e /usr/local/sandvisor-wstest-*")
         assert [c.path for c in await session.workspace_changes()] == ["b.txt"]
         await session.discard_changes()
         await session.end()

@@ -31,7 +31,7 @@ const streams = new Set();
 export async function api(path, options = {}) {
   const response = await fetch(path, { credentials: "same-origin", ...options });
   if (response.status === 401 && !loggedOut) {
-    notice("This browser is no longer logged in: open a new login link (`sbx ui` prints one).");
+    notice("This browser is no longer logged in: open a new login link (`sandvisor ui` prints one).");
   }
   if (!response.ok) {
     let code = "http_error";
@@ -306,7 +306,7 @@ export function header(crumbs) {
     try {
       await post("/ui/logout");
     } finally {
-      notice("Logged out. Open a new login link (`sbx ui` prints one) to come back.", "info");
+      notice("Logged out. Open a new login link (`sandvisor ui` prints one) to come back.", "info");
       setState("offline");
     }
   });

@@ -9,7 +9,7 @@ const sid = decodeURIComponent(location.pathname.split("/")[3] || "");
 if (!SESSION_ID.test(sid)) throw new Error("not a session id");
 const base = `/sessions/${encodeURIComponent(sid)}`;
 header([["Dashboard", "/ui/"], [`session ${sid}`, null]]);
-document.title = `${sid} · sbx`;
+document.title = `${sid} · sandvisor`;
 
 const table = new TaskTable(document.getElementById("tasks-table"), {
   filterInput: document.getElementById("filter"),
@@ -51,7 +51,7 @@ const refreshChanges = throttle(async () => {
   if (ws.mode === "overlay") {
     try {
       const list = await api(`${base}/workspace/changes`);
-      pending = `${list.length} pending change${list.length === 1 ? "" : "s"} (sbx workspace diff / apply)`;
+      pending = `${list.length} pending change${list.length === 1 ? "" : "s"} (sandvisor workspace diff / apply)`;
     } catch (err) {
       pending = `changes unknown (${err.message})`;
     }

@@ -60,7 +60,7 @@ function field(name, value, attrs = {}) {
 }
 
 function render() {
-  document.title = `${tid} · sbx`;
+  document.title = `${tid} · sandvisor`;
   document.getElementById("title").textContent = task.description || task.command;
   const status = document.getElementById("status");
   status.className = `status ${statusClass(task)}`;
