@@ -372,8 +372,7 @@ def _name_paths(paths: Sequence[str]) -> str:
 
 
 class WorkspaceBusy(SupervisorError):
-    """Applying, discarding or undoing workspace changes needs the session's tasks stopped;
-    ``task_ids`` names the ones still running."""
+    """Apply, discard and undo need the session's tasks stopped: ``task_ids`` still run."""
 
     code = "workspace_busy"
     status = 409
@@ -392,8 +391,7 @@ class WorkspaceBusy(SupervisorError):
 
 
 class NoWorkspace(SupervisorError, LookupError):
-    """The session has no workspace (it was opened without one), so there are no changes to
-    list, show, apply or discard."""
+    """The session was opened without a workspace: it has no changes to review."""
 
     code = "no_workspace"
     status = 404
@@ -472,6 +470,13 @@ class UnsafeWorkspacePath(PolicyError):
 
     def wire_detail(self) -> dict[str, Any]:
         return {"paths": self.paths}
+
+
+class WorkspaceMoved(PolicyError):
+    """The project path now leads elsewhere (a symlink on the way, or another directory)."""
+
+    code = "workspace_moved"
+    status = 409
 
 
 class NoBackup(WorkspaceError, LookupError):

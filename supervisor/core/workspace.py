@@ -106,6 +106,10 @@ class WorkspacePlan:
     """uid, gid that own the host directory."""
     warning: str | None = None
     """Why the workspace is not at its own path, when it is not."""
+    identity: tuple[int, int] | None = None
+    """(st_dev, st_ino) of the host directory when the session opened: every mount, list,
+    diff, apply, undo and discard first checks that the path (walked without following a
+    symlink) still leads to this very directory."""
 
     @property
     def root_owned(self) -> bool:
@@ -168,11 +172,13 @@ def plan(
     roots: Sequence[str],
     state_dir: str,
     tmpfs_paths: Sequence[str] = ("/tmp",),
+    identity: tuple[int, int] | None = None,
 ) -> WorkspacePlan:
-    """Validate a workspace whose realpath is ``real`` and whose root ``owner`` owns."""
+    """Validate a workspace whose realpath is ``real`` and whose root ``owner`` owns
+    (``identity``: its (st_dev, st_ino))."""
     check_host_path(real, roots=roots, state_dir=state_dir)
     where, warning = container_path_for(real, tmpfs_paths)
-    return WorkspacePlan(real, where, spec.mode, owner, warning)
+    return WorkspacePlan(real, where, spec.mode, owner, warning, identity)
 
 
 def task_user(workspace: WorkspacePlan, policy_name: str, runtime: str, root: RootOwner) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -59,6 +60,7 @@ class Workspace:
         self.upper_owner = upper_owner
         self.ended_at: float | None = None
         self._protected: list[str] = []
+        self._unbound: set[str] = set()
         self._volume_ready = False
         self._lock = asyncio.Lock()
         self.log = log.bind(session_id=session_id, workspace=plan.host)
@@ -90,16 +92,27 @@ class Workspace:
 
     # -- life -----------------------------------------------------------------------------
 
+    @property
+    def lower_id(self) -> tuple[int, int] | None:
+        return self.plan.identity
+
+    def verify(self) -> None:
+        """Raise WorkspaceMoved unless the project path still leads, without a symlink on
+        the way, to the directory the session opened (a task of another session with the
+        parent directory writable may have moved it and left a link in its place)."""
+        changes_fs.check_project(self.plan.host, self.plan.identity)
+
     async def prepare(self) -> None:
         """Create the upper and work dirs (the merged root takes the upper's owner and
         mode) and take the manifest of the project, once."""
+        await self._run(self.verify)
         if self.plan.mode == "rw":
             self._protected = await self._run(self.git_protected)
         if self.plan.mode != "overlay":
             return
         await self._run(self._prepare_dirs)
         if not self.manifest_path.exists():
-            manifest = await self._run(changes_fs.Manifest.take, Path(self.plan.host))
+            manifest = await self._run(self._take_manifest)
             await self._run(manifest.save, self.manifest_path)
 
     def _prepare_dirs(self) -> None:
@@ -111,16 +124,49 @@ class Workspace:
         os.chmod(self.upper, os.stat(self.plan.host).st_mode & 0o7777)
 
     def git_protected(self) -> list[str]:
-        """GIT_PROTECTED entries that exist (rw mode re-binds them read-only)."""
-        host = Path(self.plan.host)
-        return [rel for rel in GIT_PROTECTED if (host / rel).exists()]
+        """GIT_PROTECTED entries that are a real directory or file of the project itself
+        (rw mode re-binds them read-only). Looked at without following a link: a ``.git``
+        symlink a task planted would otherwise bind whatever it names (the engine's socket
+        included) into later tasks."""
+        found = []
+        fd = changes_fs.open_project(self.plan.host, self.plan.identity)
+        try:
+            dev = os.fstat(fd).st_dev
+            for rel in GIT_PROTECTED:
+                try:
+                    st = os.lstat(rel, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
+                if st.st_dev != dev or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                    if rel in self._unbound:
+                        continue
+                    self._unbound.add(rel)
+                    self.log.warning(
+                        "workspace_git_not_bound",
+                        path=rel,
+                        why="not a plain directory or file of the project (a symlink, a "
+                        "device or another filesystem): left out of the read-only binds",
+                    )
+                    continue
+                self._unbound.discard(rel)
+                found.append(rel)
+        finally:
+            os.close(fd)
+        return found
 
     def mount_list(self) -> list[Mount]:
-        """What a task mounts to see the workspace (the volume: ``ensure_volume`` first)."""
+        """What a task mounts to see the workspace (``ensure_volume`` first: it checks the
+        project is still where it was, and makes the overlay's volume)."""
         volume = self.volume if self.plan.mode == "overlay" else None
         return mounts(self.plan, volume, self._protected)
 
     async def ensure_volume(self) -> None:
+        """Before every task's container: check the project (WorkspaceMoved when its path
+        now leads elsewhere; the engine resolves the bind source or the overlay's lower by
+        path when it mounts) and, in overlay mode, make the volume once."""
+        await self._run(self.verify)
+        if self.plan.mode == "rw":
+            self._protected = await self._run(self.git_protected)
         if self.plan.mode != "overlay":
             return
         async with self._lock:
@@ -179,14 +225,30 @@ class Workspace:
 
     def _list(self) -> list[changes_fs.Change]:
         manifest = changes_fs.Manifest.load(self.manifest_path)
-        return changes_fs.list_changes(Path(self.plan.host), self.upper, manifest)
+        return changes_fs.list_changes(
+            Path(self.plan.host), self.upper, manifest, lower_id=self.lower_id
+        )
 
     async def diff(self) -> str:
         self._need_overlay("diff")
         return str(await self._run(self._diff))
 
     def _diff(self) -> str:
-        return changes_fs.diff(Path(self.plan.host), self.upper, self._list())
+        return changes_fs.diff(
+            Path(self.plan.host),
+            self.upper,
+            self._list(),
+            lower_id=self.lower_id,
+            reader=self.reader,
+        )
+
+    @property
+    def reader(self) -> changes_fs.Reader:
+        """Whose permissions decide which old contents a review may show: the tasks' user
+        (the upper's owner). A task that deleted a file it could not read must not get its
+        bytes through the diff."""
+        uid, gid = self.upper_owner
+        return changes_fs.Reader(uid, (gid,))
 
     async def apply(self, *, force: bool = False) -> changes_fs.ApplyResult:
         """Write the non-ignored changes into the host tree (backed up, for undo)."""
@@ -197,7 +259,7 @@ class Workspace:
     def _apply(self, force: bool) -> changes_fs.ApplyResult:
         lower = Path(self.plan.host)
         manifest = changes_fs.Manifest.load(self.manifest_path)
-        found = changes_fs.list_changes(lower, self.upper, manifest)
+        found = changes_fs.list_changes(lower, self.upper, manifest, lower_id=self.lower_id)
         result = changes_fs.apply(
             lower,
             self.upper,
@@ -206,6 +268,7 @@ class Workspace:
             owner=self.plan.owner,
             force=force,
             manifest=manifest,
+            lower_id=self.lower_id,
         )
         # What was applied leaves the upper, so the tasks see the host tree again (and the
         # user's later edits to it); what was not (ignored entries: node_modules, .venv)
@@ -214,8 +277,11 @@ class Workspace:
         self._retake_manifest()
         return result
 
+    def _take_manifest(self) -> changes_fs.Manifest:
+        return changes_fs.Manifest.take(Path(self.plan.host), lower_id=self.lower_id)
+
     def _retake_manifest(self) -> None:
-        changes_fs.Manifest.take(Path(self.plan.host)).save(self.manifest_path)
+        self._take_manifest().save(self.manifest_path)
 
     async def undo(self, *, force: bool = False) -> changes_fs.UndoResult:
         """Put back what the last apply overwrote, removed or created in the host tree (the
@@ -225,7 +291,9 @@ class Workspace:
         return result
 
     def _undo(self, force: bool) -> changes_fs.UndoResult:
-        result = changes_fs.undo(Path(self.plan.host), self.backup, force=force)
+        result = changes_fs.undo(
+            Path(self.plan.host), self.backup, force=force, lower_id=self.lower_id
+        )
         self._retake_manifest()
         return result
 
@@ -239,7 +307,11 @@ class Workspace:
         await self._offline(self._discard)
 
     def _discard(self) -> None:
-        mode = os.stat(self.plan.host).st_mode & 0o7777
+        fd = changes_fs.open_project(self.plan.host, self.lower_id)
+        try:
+            mode = os.fstat(fd).st_mode & 0o7777
+        finally:
+            os.close(fd)
         changes_fs.discard(self.upper, self.work, self.backup, owner=self.upper_owner, mode=mode)
         self._retake_manifest()
 
@@ -260,6 +332,7 @@ class Workspace:
                 "warning": self.plan.warning,
                 "volume": self.volume,
                 "upper_owner": list(self.upper_owner),
+                "identity": list(self.plan.identity) if self.plan.identity else None,
                 "ended_at": self.ended_at,
             }
         )
@@ -272,6 +345,7 @@ class Workspace:
             mode=data["mode"],
             owner=(int(data["owner"][0]), int(data["owner"][1])),
             warning=data.get("warning"),
+            identity=(int(ident[0]), int(ident[1])) if (ident := data.get("identity")) else None,
         )
 
 

@@ -31,8 +31,9 @@ _META = "workspace:"
 RETENTION_S = 7 * 24 * 3600.0
 
 
-def _inspect(path: str) -> tuple[str, tuple[int, int]]:
-    """(realpath, (uid, gid) of its owner); PolicyError when it is not a directory."""
+def _inspect(path: str) -> tuple[str, tuple[int, int], tuple[int, int]]:
+    """(realpath, (uid, gid) of its owner, (st_dev, st_ino)); PolicyError when it is not a
+    directory."""
     real = os.path.realpath(os.path.abspath(path))
     try:
         st = os.stat(real)
@@ -40,7 +41,7 @@ def _inspect(path: str) -> tuple[str, tuple[int, int]]:
         raise PolicyError(f"workspace {path!r}: {exc.strerror or exc}") from exc
     if not os.path.isdir(real):
         raise PolicyError(f"workspace {path!r} is not a directory")
-    return real, (st.st_uid, st.st_gid)
+    return real, (st.st_uid, st.st_gid), (st.st_dev, st.st_ino)
 
 
 def same_spec(a: WorkspaceSpec, b: WorkspaceSpec) -> bool:
@@ -110,10 +111,16 @@ class Workspaces:
 
     async def open(self, session_id: str, spec: WorkspaceSpec, policy: Policy) -> Workspace:
         """A validated, prepared workspace for a new session (PolicyError when refused)."""
-        real, owner = await self._run(_inspect, spec.path)
+        real, owner, identity = await self._run(_inspect, spec.path)
         tmpfs = [t.path for t in policy.tmpfs]
         ws_plan = plan(
-            spec, real, owner, roots=self.roots, state_dir=str(self.state_dir), tmpfs_paths=tmpfs
+            spec,
+            real,
+            owner,
+            roots=self.roots,
+            state_dir=str(self.state_dir),
+            tmpfs_paths=tmpfs,
+            identity=identity,
         )
         if ws_plan.warning:
             log.warning("workspace_path_fallback", session_id=session_id, why=ws_plan.warning)

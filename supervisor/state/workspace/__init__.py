@@ -9,6 +9,7 @@ from supervisor.state.workspace.errors import (
     WorkspaceConflict,
     WorkspaceError,
 )
+from supervisor.state.workspace.fsutil import Identity, Reader, check_project, open_project
 from supervisor.state.workspace.manifest import HEAVY_DIRS, Manifest
 from supervisor.state.workspace.models import (
     DEFAULT_IGNORES,
@@ -31,21 +32,25 @@ __all__ = [
     "Change",
     "ChangeKind",
     "FileType",
+    "Identity",
     "IgnoreRules",
     "Manifest",
     "NoBackup",
+    "Reader",
     "SkippedChange",
     "UndoResult",
     "UnsafeWorkspacePath",
     "WorkspaceConflict",
     "WorkspaceError",
     "apply",
+    "check_project",
     "diff",
     "discard",
     "display_path",
     "iter_diff",
     "latest_backup",
     "list_changes",
+    "open_project",
     "prune_upper",
     "remove_workspace",
     "reset_upper",

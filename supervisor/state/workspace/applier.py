@@ -29,8 +29,10 @@ from supervisor.state.workspace.fsutil import (
     O_DIR,
     O_READ,
     DirCache,
+    Identity,
     file_type,
     lstat_at,
+    open_project,
     open_regular,
     protected,
     safe_mode,
@@ -245,6 +247,7 @@ def apply(
     force: bool = False,
     include_ignored: bool = False,
     manifest: Manifest | None = None,
+    lower_id: Identity | None = None,
 ) -> ApplyResult:
     """Carry ``changes`` (from ``list_changes``) from the unmounted ``upper`` into ``lower``.
 
@@ -259,7 +262,7 @@ def apply(
     error raised."""
     backup_root = Path(backup_dir)
     steps, skipped = select(changes, include_ignored)
-    lower_fd = os.open(lower, O_DIR & ~os.O_NOFOLLOW)
+    lower_fd = open_project(lower, lower_id)
     upper_fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
     ldirs, udirs = DirCache(lower_fd), DirCache(upper_fd)
     try:

@@ -16,12 +16,14 @@ from supervisor.state.workspace.fsutil import (
     HEAD_BYTES,
     MAX_DEPTH,
     O_DIR,
+    Identity,
     dir_markers,
     file_type,
     is_whiteout,
     looks_binary,
     lstat_at,
     open_dir,
+    open_project,
     read_head,
     same_bytes,
     try_open_dir,
@@ -42,12 +44,14 @@ def list_changes(
     upper: str | os.PathLike[str],
     manifest: Manifest,
     rules: IgnoreRules | None = None,
+    *,
+    lower_id: Identity | None = None,
 ) -> list[Change]:
     """Every change the (unmounted) ``upper`` makes to ``lower``, sorted by path (parents
     before children). See ``Change`` for the fields; entries whose bytes and mode
     equal the lower's are left out, and a deleted directory is one change."""
     walker = Walker(manifest)
-    lower_fd = os.open(lower, O_DIR & ~os.O_NOFOLLOW)
+    lower_fd = open_project(lower, lower_id)
     try:
         upper_fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
         try:

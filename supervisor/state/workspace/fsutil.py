@@ -11,7 +11,9 @@ import os
 import secrets
 import stat
 from collections import OrderedDict
+from dataclasses import dataclass
 
+from supervisor.core.errors import WorkspaceMoved
 from supervisor.state.workspace.errors import UnsafeWorkspacePath, WorkspaceError
 from supervisor.state.workspace.models import FileType
 
@@ -77,6 +79,96 @@ def dir_markers(fd: int) -> tuple[bool, str | None]:
         if name in names and os.getxattr(fd, name) == b"y":
             return True, bad
     return False, bad
+
+
+#: A directory on the way to a project, opened only to walk through (no read permission
+#: needed, never following a symlink).
+_O_WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+#: (st_dev, st_ino) of a project directory: what it was when its session opened.
+Identity = tuple[int, int]
+
+
+def identity_of(st: os.stat_result) -> Identity:
+    return (st.st_dev, st.st_ino)
+
+
+def open_project(path: str | os.PathLike[str], expect: Identity | None = None) -> int:
+    """Open the absolute directory ``path`` for reading, walking it component by component
+    from ``/`` with O_NOFOLLOW (what openat2's RESOLVE_NO_SYMLINKS does, which Python does
+    not expose): a symlink anywhere on the way raises WorkspaceMoved, as does a directory
+    whose (st_dev, st_ino) is not ``expect``. Workspace paths are realpaths, so a link on
+    the way means the tree was changed since the session opened."""
+    text = os.path.abspath(os.fspath(path))
+    parts = [p for p in text.split("/") if p]
+    fd = os.open("/", O_DIR if not parts else _O_WALK)
+    for i, name in enumerate(parts):
+        try:
+            nxt = os.open(name, O_DIR if i == len(parts) - 1 else _O_WALK, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+                raise
+            where = "/" + "/".join(parts[: i + 1])
+            what = "is missing" if exc.errno == errno.ENOENT else "is now a symlink"
+            raise WorkspaceMoved(
+                f"workspace {text!r}: {where} {what} (it was a directory when the session "
+                "opened); refusing to follow it"
+            ) from exc
+        finally:
+            os.close(fd)
+        fd = nxt
+    if expect is not None and identity_of(os.fstat(fd)) != tuple(expect):
+        os.close(fd)
+        raise WorkspaceMoved(
+            f"workspace {text!r} is another directory than the one the session opened (it "
+            "was moved or replaced); refusing to use it"
+        )
+    return fd
+
+
+def check_project(path: str | os.PathLike[str], expect: Identity | None) -> None:
+    """Raise WorkspaceMoved unless ``path`` still is the directory ``expect`` names."""
+    os.close(open_project(path, expect))
+
+
+#: Extended attributes that carry a POSIX ACL: with one, the mode bits alone do not say
+#: who may read an entry.
+_ACL_XATTRS = ("system.posix_acl_access",)
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """The credentials of a session's tasks (uid, gids): what a review may show of the
+    lower is only what they could have read themselves. Decided from the mode bits, as the
+    kernel does for a process without capabilities (tasks drop them all); an entry with an
+    ACL counts as readable only by its owner (conservative: an ACL may deny what the bits
+    seem to allow)."""
+
+    uid: int
+    gids: tuple[int, ...]
+
+    def may(self, st: os.stat_result, want: int, *, acl: bool = False) -> bool:
+        """Whether the permission bits ``want`` (4 read, 1 search/execute, ORed) of
+        ``st`` are granted to this reader."""
+        mode = st.st_mode
+        if st.st_uid == self.uid:
+            return (mode >> 6) & want == want
+        if acl:
+            return False
+        if st.st_gid in self.gids:
+            return (mode >> 3) & want == want
+        return mode & want == want
+
+
+def has_acl(name: str | None, dir_fd: int) -> bool:
+    """Whether the entry ``name`` under ``dir_fd`` (or ``dir_fd`` itself) carries an ACL
+    (``os.listxattr`` takes no dir_fd: the fd's /proc path stands in for it)."""
+    path = f"/proc/self/fd/{dir_fd}" + (f"/{name}" if name is not None else "")
+    try:
+        names = os.listxattr(path, follow_symlinks=name is None)
+    except OSError:
+        return False
+    return any(n in _ACL_XATTRS for n in names)
 
 
 def open_dir(name: str, dir_fd: int) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from supervisor.state.workspace.errors import WorkspaceError
-from supervisor.state.workspace.fsutil import MAX_DEPTH, O_DIR
+from supervisor.state.workspace.fsutil import MAX_DEPTH, O_DIR, Identity, open_project
 
 #: (st_mode, st_size, st_mtime_ns, st_ctime_ns, st_ino) of one entry.
 Sig = tuple[int, int, int, int, int]
@@ -130,6 +130,7 @@ class Manifest:
         *,
         skip: Collection[str] = HEAVY_DIRS,
         tracked: Collection[str] | None = None,
+        lower_id: Identity | None = None,
     ) -> Manifest:
         """Snapshot ``lower``: never follows a symlink, never enters another filesystem,
         stops ``MAX_DEPTH`` levels down. Directories named in ``skip`` are left out unless
@@ -141,7 +142,7 @@ class Manifest:
 
             tracked = tracked_files(Path(lower)) or ()
         keep = _tracked_dirs(tracked) if skip else frozenset()
-        root_fd = os.open(lower, O_DIR & ~os.O_NOFOLLOW)
+        root_fd = open_project(lower, lower_id)
         entries: dict[str, Sig] = {}
         skipped: list[str] = []
         try:

@@ -21,7 +21,11 @@ from supervisor.state.workspace.fsutil import (
     MAX_DEPTH,
     O_DIR,
     DirCache,
+    Identity,
+    Reader,
+    has_acl,
     lstat_at,
+    open_project,
     open_regular,
     protected,
     split_relpath,
@@ -193,26 +197,85 @@ def _blob(dir_fd: int, name: str, st: os.stat_result) -> _Blob | None:
     return _Blob(b"".join(chunks), "100755" if st.st_mode & stat.S_IXUSR else "100644")
 
 
-def _tree_blobs(dir_fd: int, name: str, rel: str, depth: int = 0) -> Iterator[tuple[str, _Blob]]:
-    """Every file and symlink in the lower directory ``dir_fd/name``, sorted."""
+#: What a review shows in place of content the session's tasks could not read.
+UNREADABLE = "content not readable by the sandbox"
+
+
+def note_patch(raw: bytes, text: str) -> str:
+    """A placeholder patch for a lower entry whose bytes are not shown: a comment line
+    after the ``diff --git`` header."""
+    return f"diff --git {quote(b'a/' + raw)} {quote(b'b/' + raw)}\n# {text}\n"
+
+
+def unreadable_note(raw: bytes, kind: str, size: int | None) -> str:
+    """``note_patch`` for what the session's tasks could not read."""
+    shown = f", {size} bytes not shown" if size is not None else ""
+    return note_patch(raw, f"{kind} ({UNREADABLE}{shown})")
+
+
+def _may_read(reader: Reader | None, dir_fd: int, name: str, st: os.stat_result) -> bool:
+    if reader is None or stat.S_ISLNK(st.st_mode):
+        return True  # a link's target is readable wherever its directory is searchable
+    want = 5 if stat.S_ISDIR(st.st_mode) else 4
+    return reader.may(st, want, acl=has_acl(name, dir_fd))
+
+
+def _tree_blobs(
+    dir_fd: int, name: str, rel: str, dev: int, reader: Reader | None, depth: int = 0
+) -> Iterator[tuple[str, _Blob | str]]:
+    """Every file and symlink in the lower directory ``dir_fd/name``, sorted; a note (str)
+    instead of the blob for what ``reader`` could not read, and for a directory on another
+    filesystem (a mount point inside the project: never read)."""
     if depth >= MAX_DEPTH:
         raise WorkspaceError(f"{rel!r} is nested deeper than {MAX_DEPTH} directories")
     fd = os.open(name, O_DIR, dir_fd=dir_fd)
     try:
+        if os.fstat(fd).st_dev != dev:
+            yield rel, "deleted directory (another filesystem is mounted there: not shown)"
+            return
         with os.scandir(fd) as it:
             names = sorted((e.name for e in it), key=os.fsencode)
         for child in names:
             st = lstat_at(child, fd)
             if st is None:
                 continue
-            if stat.S_ISDIR(st.st_mode):
-                yield from _tree_blobs(fd, child, f"{rel}/{child}", depth + 1)
+            path = f"{rel}/{child}"
+            if not _may_read(reader, fd, child, st):
+                what = "deleted directory" if stat.S_ISDIR(st.st_mode) else "deleted"
+                yield path, what
+            elif stat.S_ISDIR(st.st_mode):
+                yield from _tree_blobs(fd, child, path, dev, reader, depth + 1)
             else:
                 blob = _blob(fd, child, st)
                 if blob is not None:
-                    yield f"{rel}/{child}", blob
+                    yield path, blob
     finally:
         os.close(fd)
+
+
+class _Access:
+    """Which lower directories ``reader`` can search, from the project's root down
+    (memoised per directory)."""
+
+    def __init__(self, ldirs: DirCache, reader: Reader | None) -> None:
+        self.ldirs = ldirs
+        self.reader = reader
+        self._seen: dict[str, bool] = {}
+
+    def reaches(self, rel: str) -> bool:
+        """Whether every directory from the root to ``rel`` (included) is searchable."""
+        if self.reader is None:
+            return True
+        known = self._seen.get(rel)
+        if known is not None:
+            return known
+        parent = rel.rpartition("/")[0] if rel else None
+        ok = parent is None or self.reaches(parent)
+        if ok:
+            fd = self.ldirs.get(rel)
+            ok = self.reader.may(os.fstat(fd), 1, acl=has_acl(None, fd))
+        self._seen[rel] = ok
+        return ok
 
 
 def iter_diff(
@@ -221,11 +284,14 @@ def iter_diff(
     changes: Sequence[Change],
     *,
     include_ignored: bool = False,
+    lower_id: Identity | None = None,
+    reader: Reader | None = None,
 ) -> Iterator[str]:
     """``diff`` piece by piece (one file's patch at a time), for streaming."""
-    lower_fd = os.open(lower, O_DIR & ~os.O_NOFOLLOW)
+    lower_fd = open_project(lower, lower_id)
     upper_fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
     ldirs, udirs = DirCache(lower_fd), DirCache(upper_fd)
+    access = _Access(ldirs, reader)
     try:
         for change in sorted(changes, key=lambda c: os.fsencode(c.path)):
             parts = split_relpath(change.path)
@@ -235,7 +301,9 @@ def iter_diff(
                 or protected(parts)
             ):
                 continue
-            yield from _change_patches(change, "/".join(parts[:-1]), parts[-1], ldirs, udirs)
+            yield from _change_patches(
+                change, "/".join(parts[:-1]), parts[-1], ldirs, udirs, access
+            )
     finally:
         ldirs.close()
         udirs.close()
@@ -244,10 +312,12 @@ def iter_diff(
 
 
 def _change_patches(
-    change: Change, parent: str, name: str, ldirs: DirCache, udirs: DirCache
+    change: Change, parent: str, name: str, ldirs: DirCache, udirs: DirCache, access: _Access
 ) -> Iterator[str]:
     old: _Blob | None = None
-    old_tree: list[tuple[str, _Blob]] = []
+    old_tree: list[tuple[str, _Blob | str]] = []
+    hidden: str | None = None
+    raw = os.fsencode(change.path)
     if change.kind != "added":
         try:
             lfd: int | None = ldirs.get(parent)
@@ -255,11 +325,20 @@ def _change_patches(
             lfd = None
         lst = lstat_at(name, lfd)
         if lfd is not None and lst is not None:
-            if stat.S_ISDIR(lst.st_mode):
+            readable = access.reaches(parent) and _may_read(access.reader, lfd, name, lst)
+            is_dir = stat.S_ISDIR(lst.st_mode)
+            if not readable:
+                hidden = "deleted directory" if is_dir else "deleted"
+                if change.kind != "deleted":
+                    hidden = "replaced; old " + ("directory" if is_dir else "content")
+            elif is_dir:
                 if change.kind == "deleted" or change.file_type != "dir":
-                    old_tree = list(_tree_blobs(lfd, name, change.path))
+                    old_tree = list(_tree_blobs(lfd, name, change.path, ldirs.dev, access.reader))
             else:
                 old = _blob(lfd, name, lst)
+            if hidden is not None:
+                size = lst.st_size if stat.S_ISREG(lst.st_mode) else None
+                yield unreadable_note(raw, hidden, size)
     new: _Blob | None = None
     if change.kind != "deleted" and change.file_type in ("file", "symlink"):
         ufd = udirs.get(parent)
@@ -267,8 +346,13 @@ def _change_patches(
         if ust is not None:
             new = _blob(ufd, name, ust)
     for path, blob in old_tree:
-        yield file_patch(os.fsencode(path), blob, None)
-    raw = os.fsencode(change.path)
+        if isinstance(blob, str):
+            if blob.startswith("deleted directory ("):
+                yield note_patch(os.fsencode(path), blob)
+            else:
+                yield unreadable_note(os.fsencode(path), blob, None)
+        else:
+            yield file_patch(os.fsencode(path), blob, None)
     if old is not None and new is not None and old.mode[:2] != new.mode[:2]:
         # A file turned symlink (or back): git writes a deletion, then an addition.
         yield file_patch(raw, old, None)
@@ -283,10 +367,21 @@ def diff(
     changes: Sequence[Change],
     *,
     include_ignored: bool = False,
+    lower_id: Identity | None = None,
+    reader: Reader | None = None,
 ) -> str:
     """A unified diff of ``changes`` (from ``list_changes``) that ``git apply`` (and
     ``git apply -R`` on the result) accepts in the lower: the changes apply would make,
     with paths relative to the lower behind ``a/`` and ``b/``. It cannot carry what git
     does not track: empty directories, directory modes, mode bits other than owner-exec,
     owners, devices, fifos and sockets."""
-    return "".join(iter_diff(lower, upper, changes, include_ignored=include_ignored))
+    return "".join(
+        iter_diff(
+            lower,
+            upper,
+            changes,
+            include_ignored=include_ignored,
+            lower_id=lower_id,
+            reader=reader,
+        )
+    )

@@ -18,7 +18,15 @@ from supervisor.state.workspace.errors import (
     WorkspaceConflict,
     WorkspaceError,
 )
-from supervisor.state.workspace.fsutil import O_DIR, O_READ, DirCache, lstat_at, remove_entry
+from supervisor.state.workspace.fsutil import (
+    O_DIR,
+    O_READ,
+    DirCache,
+    Identity,
+    lstat_at,
+    open_project,
+    remove_entry,
+)
 from supervisor.state.workspace.models import UndoResult, display_path
 
 
@@ -35,7 +43,11 @@ def latest_backup(backup_dir: str | os.PathLike[str]) -> Path | None:
 
 
 def undo(
-    lower: str | os.PathLike[str], backup_dir: str | os.PathLike[str], *, force: bool = False
+    lower: str | os.PathLike[str],
+    backup_dir: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    lower_id: Identity | None = None,
 ) -> UndoResult:
     """Undo the newest apply recorded under ``backup_dir``: the lower gets back every entry
     it overwrote or deleted (bytes, mode, owner, times, inode when the backup shares the
@@ -46,7 +58,7 @@ def undo(
     slot = latest_backup(backup_dir)
     if slot is None:
         raise NoBackup(f"no apply to undo in {os.fspath(backup_dir)!r}")
-    return undo_slot(Path(lower), slot, force=force)
+    return undo_slot(Path(lower), slot, force=force, lower_id=lower_id)
 
 
 #: In a backup directory: inode numbers an undo gave entries it restored by copying
@@ -176,12 +188,14 @@ def _write_json(path: Path, data: object) -> None:
     os.replace(tmp, path)
 
 
-def undo_slot(lower: Path, slot: Path, *, force: bool = False) -> UndoResult:
+def undo_slot(
+    lower: Path, slot: Path, *, force: bool = False, lower_id: Identity | None = None
+) -> UndoResult:
     """Undo the apply whose backup is ``slot`` (see ``undo``)."""
     records = list(read_journal(slot))
     if not records:
         raise NoBackup(f"no apply to undo in {os.fspath(slot)!r}")
-    lower_fd = os.open(lower, O_DIR & ~os.O_NOFOLLOW)
+    lower_fd = open_project(lower, lower_id)
     data_fd = os.open(slot / "data", O_DIR)
     ldirs = DirCache(lower_fd)
     try:

