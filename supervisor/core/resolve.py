@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,26 +12,13 @@ from supervisor.core.container import ContainerRequest, Mount, Ulimit
 from supervisor.core.errors import PolicyError, SpecError
 from supervisor.core.models import MERGE_PREFIX, StdinMode, TaskSpec
 from supervisor.core.policy import Limits, Policy
+from supervisor.core.workspace import GIT_PROTECTED, check_host_path
 
 # MERGE_PREFIX moved to models (the command length limit is computed from it); the warm
 # pool still imports it from here.
 __all__ = ["MERGE_PREFIX", "MIB", "Effective", "container_request", "resolve", "workspace_mount"]
 
 MIB = 1024 * 1024
-#: Host paths a workspace may neither be, lie under, nor contain: the engine's API socket,
-#: its exec root (which holds the socket of the containerd it manages), containerd's own
-#: socket folder, and the data roots (every container's files). Compared after realpath;
-#: the /var/run spellings matter where /var/run is not a symlink to /run.
-_ENGINE_PATHS = (
-    "/var/run/docker.sock",
-    "/run/docker.sock",
-    "/var/run/docker",
-    "/run/docker",
-    "/var/run/containerd",
-    "/run/containerd",
-    "/var/lib/docker",
-    "/var/lib/containerd",
-)
 
 
 @dataclass(frozen=True)
@@ -122,30 +110,40 @@ def resolve(spec: TaskSpec, policy: Policy) -> Effective:
     )
 
 
-def workspace_mount(policy: Policy, roots: Sequence[Path]) -> Mount | None:
-    """The policy's workspace as a bind mount, only if it lies under a configured root."""
+def workspace_mount(policy: Policy, roots: Sequence[Path], state_dir: str | Path) -> list[Mount]:
+    """The policy's ``[workspace]`` as bind mounts (none when it has none), through the same
+    guard as a session's workspace (``check_host_path``: under a root, not the engine's
+    files nor the state directory). Non-recursive, and in ``rw`` mode with the project's
+    own ``.git`` (a plain directory or file, never a link) bound read-only on top."""
     ws = policy.workspace
     if ws is None:
-        return None
+        return []
     real = os.path.realpath(ws.host_path)
-    for root in roots:
-        root_real = os.path.realpath(root)
-        if real == root_real or real.startswith(root_real.rstrip("/") + "/"):
-            break
-    else:
-        allowed = ", ".join(str(r) for r in roots) or "none configured (SANDVISOR_WORKSPACE_ROOTS)"
-        raise PolicyError(
-            f"policy {policy.name!r}: workspace.host_path {ws.host_path!r} is not under an "
-            f"allowed workspace root ({allowed})"
-        )
-    for bad in _ENGINE_PATHS:
-        if real == bad or real.startswith(bad + "/") or bad.startswith(real.rstrip("/") + "/"):
-            raise PolicyError(
-                f"policy {policy.name!r}: workspace {ws.host_path!r} would expose {bad}"
-            )
+    try:
+        check_host_path(real, roots=[str(r) for r in roots], state_dir=str(state_dir))
+    except PolicyError as exc:
+        raise PolicyError(f"policy {policy.name!r}: [workspace] host_path: {exc}") from exc
     if not os.path.isdir(real):
         raise PolicyError(f"policy {policy.name!r}: workspace {ws.host_path!r} is not a directory")
-    return Mount(source=real, target=ws.container_path, read_only=ws.mode == "ro")
+    out = [
+        Mount(source=real, target=ws.container_path, read_only=ws.mode == "ro", non_recursive=True)
+    ]
+    if ws.mode == "rw":
+        for rel in GIT_PROTECTED:
+            try:
+                st = os.lstat(os.path.join(real, rel))
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+                out.append(
+                    Mount(
+                        source=os.path.join(real, rel),
+                        target=f"{ws.container_path.rstrip('/')}/{rel}",
+                        read_only=True,
+                        non_recursive=True,
+                    )
+                )
+    return out
 
 
 def container_request(
@@ -155,7 +153,7 @@ def container_request(
     eff: Effective,
     labels: dict[str, str],
     network: str,
-    workspace: Mount | None = None,
+    workspace: Sequence[Mount] = (),
     image: str | None = None,
     aliases: list[str] | None = None,
     mounts: list[Mount] | None = None,
@@ -172,7 +170,7 @@ def container_request(
         env["TINI_KILL_PROCESS_GROUP"] = "1"
     user = user or p.user
     uid, _, gid = user.partition(":")
-    all_mounts = [workspace] if workspace else []
+    all_mounts = list(workspace)
     all_mounts += mounts or []
     covered = {m.target for m in all_mounts}
     tmpfs = {}

@@ -93,6 +93,7 @@ def shared_pool_ports(
     new_task_id: Callable[[], Awaitable[str]],
     labels: Callable[..., dict[str, str]],
     workspace_roots: Sequence[Path],
+    state_dir: Path,
 ) -> PoolPorts:
     """The ports of a pool every session shares: its containers name no session (labels
     with an empty session), join no network and mount only a policy's fixed workspace."""
@@ -107,7 +108,7 @@ def shared_pool_ports(
             eff=eff,
             labels=labels(session_id="", task_id=task_id, kind=kind, policy=eff.policy.name),
             network="none",
-            workspace=workspace_mount(eff.policy, workspace_roots),
+            workspace=workspace_mount(eff.policy, workspace_roots, state_dir),
         )
 
     return PoolPorts(

@@ -286,7 +286,7 @@ class Session(WorkspaceReview):
                 eff=eff,
                 labels=self._svc.labels(session_id=self.session_id, task_id=task_id),
                 network="none",
-                workspace=None,
+                workspace=(),
             )
         ident = self._identity(task_id, record.spec, eff)
         state = TaskState.from_record(ident, record)

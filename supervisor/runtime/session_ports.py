@@ -180,7 +180,7 @@ def task_request(
             timeout_ms=eff.timeout_ms,
         ),
         network=network,
-        workspace=workspace_mount(policy, svc.workspace_roots),
+        workspace=workspace_mount(policy, svc.workspace_roots, svc.state_dir),
         aliases=[task_id] if network != "none" else None,
         mounts=mounts,
         user=user,

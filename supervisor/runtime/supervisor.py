@@ -421,6 +421,7 @@ class Supervisor:
             new_task_id=self._new_task_id,
             labels=self.container_labels,
             workspace_roots=self.workspace_roots,
+            state_dir=self.state_dir,
         )
 
     async def _new_task_id(self) -> str:

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from supervisor import TaskSpec
-from supervisor.core.errors import WorkspaceMoved
+from supervisor import Supervisor, TaskSpec
+from supervisor.core.errors import PolicyError, WorkspaceMoved
 from supervisor.core.workspace import WorkspaceMode, WorkspaceSpec
-from tests.adversarial.harness import Arena
+from tests.adversarial.harness import Arena, owned_by
+from tests.conftest import POLICIES, require_engine
 from tests.integration.workspaces.support import chown_tree, tree_hash
 from tests.unit.workspace_tools import snapshot
 
@@ -210,3 +211,30 @@ async def test_ws_diff_never_crosses_a_mount_inside_the_project(ws_arena: Arena)
         await arena.finish()
     finally:
         subprocess.run(["umount", "-l", str(project / "data")], check=False)
+
+
+@pytest.mark.parametrize("where", ["state", "state/sessions"])
+async def test_policy_workspace_cannot_mount_the_state_dir(
+    runtime: str, tmp_path: Path, state_dir: Path, policies_dir: Path, where: str
+) -> None:
+    """Item 14: a policy's ``[workspace] host_path`` gets the session guard: the state
+    directory (tokens, every session's output) is never mounted, whatever the roots."""
+    require_engine()
+    base = "default" if runtime == "runc" else "untrusted"
+    text = (POLICIES / f"{base}.toml").read_text()
+    host = tmp_path / where
+    host.mkdir(parents=True, exist_ok=True)
+    (policies_dir / "adv-state.toml").write_text(
+        text + f'\n[workspace]\nhost_path = "{host}"\ncontainer_path = "/hostws"\nmode = "ro"\n'
+    )
+    async with Supervisor(
+        state_dir=state_dir, policies_dir=policies_dir, workspace_roots=[tmp_path]
+    ) as sup:
+        session = await sup.open_session(f"state-{runtime}")
+        try:
+            spec = TaskSpec(command="ls -R /hostws", policy="adv-state", timeout_ms=30_000)
+            with pytest.raises(PolicyError, match="state directory"):
+                await session.start(spec)
+        finally:
+            await session.end()
+        assert owned_by(sup.instance_id) == []

@@ -179,7 +179,7 @@ def make_request(p: Policy, **kw: Any) -> tuple[Effective, ContainerRequest]:
         eff=eff,
         labels={"io.sandvisor.session": "s1", "io.sandvisor.task": "bg-00000001"},
         network="none",
-        workspace=None,
+        workspace=(),
     )
     return eff, req
 
@@ -244,7 +244,7 @@ def test_image_override_and_workspace_mount() -> None:
         eff=eff,
         labels={},
         network="sandvisor-s1",
-        workspace=ws,
+        workspace=[ws],
         image="sha256:" + "a" * 64,
     )
     assert req.image == "sha256:" + "a" * 64
@@ -320,25 +320,36 @@ def test_request_to_config_closed_stdin_and_mounts() -> None:
 # -- workspace_mount -----------------------------------------------------------------------
 
 
+def mount_of(
+    p: Policy, roots: list[Path], state_dir: Path = Path("/nonexistent-state")
+) -> Mount | None:
+    """The policy workspace's main bind (None: it has none)."""
+    found = workspace_mount(p, roots, state_dir)
+    return found[0] if found else None
+
+
 def ws_policy(host_path: str | Path, mode: str = "ro") -> Policy:
     return policy(workspace=Workspace.model_validate({"host_path": str(host_path), "mode": mode}))
 
 
 def test_no_workspace_no_mount(tmp_path: Path) -> None:
-    assert workspace_mount(policy(), [tmp_path]) is None
+    assert mount_of(policy(), [tmp_path]) is None
 
 
 def test_workspace_under_a_root(tmp_path: Path) -> None:
     root = tmp_path / "roots"
     (root / "proj").mkdir(parents=True)
-    mount = workspace_mount(ws_policy(root / "proj"), [tmp_path / "elsewhere", root])
+    mount = mount_of(ws_policy(root / "proj"), [tmp_path / "elsewhere", root])
     assert mount == Mount(
-        source=os.path.realpath(root / "proj"), target="/workspace", read_only=True
+        source=os.path.realpath(root / "proj"),
+        target="/workspace",
+        read_only=True,
+        non_recursive=True,
     )
-    rw = workspace_mount(ws_policy(root / "proj", "rw"), [root])
+    rw = mount_of(ws_policy(root / "proj", "rw"), [root])
     assert rw is not None
     assert rw.read_only is False
-    assert workspace_mount(ws_policy(root), [root]) is not None  # the root itself
+    assert mount_of(ws_policy(root), [root]) is not None  # the root itself
 
 
 def test_workspace_outside_the_roots(tmp_path: Path) -> None:
@@ -347,14 +358,14 @@ def test_workspace_outside_the_roots(tmp_path: Path) -> None:
     (tmp_path / "roots2").mkdir()  # shares the prefix, is not under the root
     for outside in (tmp_path / "roots2", tmp_path, Path("/etc")):
         with pytest.raises(PolicyError) as info:
-            workspace_mount(ws_policy(outside), [root])
+            mount_of(ws_policy(outside), [root])
         assert "is not under an allowed workspace root" in str(info.value)
         assert str(root) in str(info.value)
 
 
 def test_no_roots_configured(tmp_path: Path) -> None:
-    with pytest.raises(PolicyError, match=r"none configured \(SANDVISOR_WORKSPACE_ROOTS\)"):
-        workspace_mount(ws_policy(tmp_path), [])
+    with pytest.raises(PolicyError, match=r"\(none configured\); add one with --workspace-root"):
+        mount_of(ws_policy(tmp_path), [])
 
 
 def test_symlink_escape_is_refused(tmp_path: Path) -> None:
@@ -364,30 +375,53 @@ def test_symlink_escape_is_refused(tmp_path: Path) -> None:
     outside.mkdir()
     (root / "link").symlink_to(outside)
     with pytest.raises(PolicyError, match="is not under an allowed workspace root"):
-        workspace_mount(ws_policy(root / "link"), [root])
+        mount_of(ws_policy(root / "link"), [root])
     (root / "dotdot").symlink_to("..")
     with pytest.raises(PolicyError, match="is not under an allowed workspace root"):
-        workspace_mount(ws_policy(root / "dotdot"), [root])
+        mount_of(ws_policy(root / "dotdot"), [root])
 
 
 def test_symlink_inside_the_root_is_resolved(tmp_path: Path) -> None:
     root = tmp_path / "roots"
     (root / "real").mkdir(parents=True)
     (root / "alias").symlink_to(root / "real")
-    mount = workspace_mount(ws_policy(root / "alias"), [root])
+    mount = mount_of(ws_policy(root / "alias"), [root])
     assert mount is not None
     assert mount.source == os.path.realpath(root / "real")  # the checked path is mounted
 
 
 @pytest.mark.parametrize("host_path", ["/", "/run", "/var/run", "/var", "/run/docker.sock"])
 def test_docker_socket_is_never_mounted(host_path: str) -> None:
-    with pytest.raises(PolicyError, match="would expose"):
-        workspace_mount(ws_policy(host_path), [Path("/")])
+    with pytest.raises(PolicyError, match=r"would expose|whole host"):
+        mount_of(ws_policy(host_path), [Path("/")])
+
+
+def test_policy_workspace_has_the_session_guard(tmp_path: Path) -> None:
+    """Item 14 of the workspace review: one guard for both kinds of workspace. A policy may
+    not mount the state directory (nor lie inside it), and its rw bind keeps the project's
+    .git read-only, never a planted link."""
+    root = tmp_path / "roots"
+    state = root / "state"
+    (state / "sessions").mkdir(parents=True)
+    for host in (state, state / "sessions", root):
+        with pytest.raises(PolicyError, match="state directory"):
+            workspace_mount(ws_policy(host), [root], state)
+    proj = root / "proj"
+    (proj / ".git").mkdir(parents=True)
+    mounts = workspace_mount(ws_policy(proj, "rw"), [root], tmp_path / "elsewhere")
+    assert [(m.target, m.read_only, m.non_recursive) for m in mounts] == [
+        ("/workspace", False, True),
+        ("/workspace/.git", True, True),
+    ]
+    (proj / ".git").rmdir()
+    (proj / ".git").symlink_to("/run")
+    mounts = workspace_mount(ws_policy(proj, "rw"), [root], tmp_path / "elsewhere")
+    assert [m.target for m in mounts] == ["/workspace"]
 
 
 def test_workspace_must_be_a_directory(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(PolicyError, match="is not a directory"):
-        workspace_mount(ws_policy(tmp_path / "file"), [tmp_path])
+        mount_of(ws_policy(tmp_path / "file"), [tmp_path])
     with pytest.raises(PolicyError, match="is not a directory"):
-        workspace_mount(ws_policy(tmp_path / "missing"), [tmp_path])
+        mount_of(ws_policy(tmp_path / "missing"), [tmp_path])
