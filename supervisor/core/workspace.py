@@ -63,6 +63,12 @@ ENGINE_PATHS = (
     "/var/lib/docker",
     "/var/lib/containerd",
 )
+#: Image directories closed to other users (Debian's /root is 0700). A workspace below one
+#: gets, bound read-only over it, a host directory of the session's holding only the empty
+#: directories on the way (0755): a non-root task can reach its working directory, and sees
+#: nothing of the image's own files there. (A tmpfs cannot do it: runc gives a tmpfs the
+#: mode of the directory it covers.)
+PRIVATE_PARENTS = ("/root",)
 #: Characters the overlay mount options cannot carry in a path.
 _OPTION_CHARS = (",", ":", "\\", "\n")
 #: What of a git repository a ``rw`` task must not change: all of ``.git``. Hooks and config
@@ -201,6 +207,15 @@ def task_user(workspace: WorkspacePlan, policy_name: str, runtime: str, root: Ro
         "workspace_root_owner = 'refuse'; use a directory owned by a user, or a policy "
         "with workspace_root_owner = 'nobody'"
     )
+
+
+def private_parent(container_path: str) -> tuple[str, str] | None:
+    """(the ``PRIVATE_PARENTS`` entry above ``container_path``, the path below it), or None
+    when the way to it is open."""
+    for parent in PRIVATE_PARENTS:
+        if container_path != parent and _under(container_path, parent):
+            return parent, container_path[len(parent) :].strip("/")
+    return None
 
 
 def mounts(

@@ -23,7 +23,13 @@ import supervisor.state.workspace as changes_fs
 from supervisor.core.container import Mount, VolumeRequest
 from supervisor.core.errors import EngineError, PolicyError
 from supervisor.core.logs import get_logger
-from supervisor.core.workspace import GIT_PROTECTED, WorkspacePlan, WorkspaceSpec, mounts
+from supervisor.core.workspace import (
+    GIT_PROTECTED,
+    WorkspacePlan,
+    WorkspaceSpec,
+    mounts,
+    private_parent,
+)
 from supervisor.engine.base import Backend
 
 log = get_logger("supervisor.workspace")
@@ -84,6 +90,12 @@ class Workspace:
         return self.root / "manifest"
 
     @property
+    def parents(self) -> Path:
+        """The directories on the way to the workspace through a private image directory
+        (``private_parent``), bound read-only over it."""
+        return self.root / "parents"
+
+    @property
     def spec(self) -> WorkspaceSpec:
         return WorkspaceSpec(path=self.plan.host, mode=self.plan.mode)
 
@@ -106,6 +118,7 @@ class Workspace:
         """Create the upper and work dirs (the merged root takes the upper's owner and
         mode) and take the manifest of the project, once."""
         await self._run(self.verify)
+        await self._run(self._prepare_parents)
         if self.plan.mode == "rw":
             self._protected = await self._run(self.git_protected)
         if self.plan.mode != "overlay":
@@ -114,6 +127,17 @@ class Workspace:
         if not self.manifest_path.exists():
             manifest = await self._run(self._take_manifest)
             await self._run(manifest.save, self.manifest_path)
+
+    def _prepare_parents(self) -> None:
+        way = private_parent(self.plan.container_path)
+        if way is None:
+            return
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = self.parents
+        for part in ["", *way[1].split("/")]:
+            path = path / part if part else path
+            path.mkdir(exist_ok=True, mode=0o755)
+            os.chmod(path, 0o755)  # noqa: S103 - empty directories every task must traverse
 
     def _prepare_dirs(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -158,7 +182,14 @@ class Workspace:
         """What a task mounts to see the workspace (``ensure_volume`` first: it checks the
         project is still where it was, and makes the overlay's volume)."""
         volume = self.volume if self.plan.mode == "overlay" else None
-        return mounts(self.plan, volume, self._protected)
+        found = mounts(self.plan, volume, self._protected)
+        way = private_parent(self.plan.container_path)
+        if way is not None:
+            found.insert(
+                0,
+                Mount(source=str(self.parents), target=way[0], read_only=True, non_recursive=True),
+            )
+        return found
 
     async def ensure_volume(self) -> None:
         """Before every task's container: check the project (WorkspaceMoved when its path
