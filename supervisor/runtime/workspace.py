@@ -303,8 +303,13 @@ class Workspace:
         )
         # What was applied leaves the upper, so the tasks see the host tree again (and the
         # user's later edits to it); what was not (ignored entries: node_modules, .venv)
-        # stays and keeps serving them.
-        changes_fs.prune_upper(self.upper, self.work, found)
+        # stays and keeps serving them. The apply itself is done and recorded for undo:
+        # tidying up after it never turns it into an error (an upper entry left behind
+        # equals the host's now, so it lists as no change).
+        try:
+            changes_fs.prune_upper(self.upper, self.work, found)
+        except (OSError, changes_fs.WorkspaceError) as exc:
+            self.log.warning("workspace_prune_failed", error=str(exc))
         self._retake_manifest()
         return result
 

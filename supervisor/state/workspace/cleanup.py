@@ -1,6 +1,8 @@
 """Emptying or pruning an upper, discarding a session's changes, removing its workspace.
 
-As root, through mode-000 directories, at any depth.
+Through mode-000 directories, at any depth; as root, or as the user who owns the state
+(the kernel's root-owned leftovers in the work dir are removed when empty, else left to the
+kernel, which clears the work dir at every mount).
 """
 
 from __future__ import annotations
@@ -30,6 +32,16 @@ def _empty(path: Path) -> None:
         os.close(fd)
 
 
+def _clear_work(path: Path) -> None:
+    """Empty an overlay's work dir as far as permissions allow. The kernel owns what it
+    leaves there (``work/work``, root's, mode 000) and clears it itself at the next mount,
+    so what a supervisor without root cannot remove is left to it."""
+    try:
+        _empty(path)
+    except PermissionError:
+        return
+
+
 def reset_upper(
     upper: str | os.PathLike[str],
     work: str | os.PathLike[str],
@@ -45,7 +57,7 @@ def reset_upper(
     (a task may have chmod-ed the workspace root, which changed the upper's)."""
     upper_p, work_p = Path(upper), Path(work)
     _empty(upper_p)
-    _empty(work_p)
+    _clear_work(work_p)
     if lower is not None:
         st = os.stat(lower)
         owner = owner or (st.st_uid, st.st_gid)
@@ -108,7 +120,7 @@ def prune_upper(
     steps, _ = select(changes, include_ignored)
     applied = {s.change.path for s in steps}
     kept = sorted(c.path for c in changes if c.path not in applied)
-    _empty(Path(work))
+    _clear_work(Path(work))
     fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
     try:
         return _prune(fd, "", applied, kept, 0)

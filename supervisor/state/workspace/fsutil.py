@@ -11,6 +11,7 @@ import os
 import secrets
 import stat
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from supervisor.core.errors import WorkspaceMoved
@@ -336,6 +337,8 @@ def remove_entry(name: str, dir_fd: int, *, dev: int | None = None) -> None:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=dir_fd)
         return
+    if _rmdir_if_empty(name, dir_fd):
+        return
     dev = os.fstat(dir_fd).st_dev if dev is None else dev
     pending = [name]
     while pending:
@@ -346,7 +349,36 @@ def remove_entry(name: str, dir_fd: int, *, dev: int | None = None) -> None:
 
 def _rmdir(name: str, dir_fd: int) -> None:
     with contextlib.suppress(FileNotFoundError):
-        os.rmdir(name, dir_fd=dir_fd)
+        _writable(dir_fd, os.rmdir, name)
+
+
+def _rmdir_if_empty(name: str, dir_fd: int) -> bool:
+    """Remove an empty directory; False when it holds entries. Needs no permission on the
+    directory itself, only on its parent: a non-root supervisor so removes the empty,
+    root-owned mode-000 ``work/work`` the kernel leaves in an overlay's work dir."""
+    try:
+        _writable(dir_fd, os.rmdir, name)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.EBUSY):
+            return False
+        raise
+    return True
+
+
+def _writable(dir_fd: int, op: Callable[..., None], name: str) -> None:
+    """``op(name, dir_fd=dir_fd)``; when the directory's mode stands in the way (a task
+    made it read-only), give its owner write and search on it and try once more (without
+    root, permission bits bind the supervisor too)."""
+    try:
+        op(name, dir_fd=dir_fd)
+    except PermissionError:
+        st = os.fstat(dir_fd)
+        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o300 == 0o300:
+            raise  # not ours to chmod, or not the mode that stands in the way
+        os.fchmod(dir_fd, stat.S_IMODE(st.st_mode) | 0o700)
+        op(name, dir_fd=dir_fd)
 
 
 def _open_for_removal(name: str, dir_fd: int, dev: int) -> int:
@@ -385,13 +417,16 @@ def _empty_dir(name: str, parent_fd: int, dev: int, pending: list[str]) -> None:
             entry = entries[-1]
             if not entry.is_dir(follow_symlinks=False):
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.name, dir_fd=fd)
+                    _writable(fd, os.unlink, entry.name)
                 entries.pop()
                 continue
             if len(stack) >= _FLATTEN_AT:
                 moved = f".sandvisor-rm-{secrets.token_hex(8)}"
                 os.rename(entry.name, moved, src_dir_fd=fd, dst_dir_fd=parent_fd)
                 pending.append(moved)
+                entries.pop()
+                continue
+            if _rmdir_if_empty(entry.name, fd):
                 entries.pop()
                 continue
             child = _open_for_removal(entry.name, fd, dev)
