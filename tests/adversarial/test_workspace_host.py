@@ -21,6 +21,7 @@ from supervisor import Supervisor, TaskSpec
 from supervisor.core.errors import PolicyError, WorkspaceMoved
 from supervisor.core.workspace import WorkspaceMode, WorkspaceSpec
 from tests.adversarial.harness import Arena, owned_by
+from tests.adversarial.test_workspace_attacks import _git_repo, _git_status
 from tests.conftest import POLICIES, require_engine
 from tests.integration.workspaces.support import chown_tree, tree_hash
 from tests.unit.workspace_tools import snapshot
@@ -238,3 +239,79 @@ async def test_policy_workspace_cannot_mount_the_state_dir(
         finally:
             await session.end()
         assert owned_by(sup.instance_id) == []
+
+
+async def test_ws_git_redirects_are_never_applied(ws_arena: Arena) -> None:
+    """Item 5: un-ignoring ``.git`` and redirecting git elsewhere (commondir, gitdir,
+    alternates, info, a nested repository, a replaced ``.git``) must not reach the host's
+    git: the user's next ``git status`` runs none of the task's configuration."""
+    arena = ws_arena
+    project = arena.workspace / "proj"
+    _git_repo(project)
+    chown_tree(project)
+    home = arena.tmp_path / "home"
+    home.mkdir()
+    marker = home / "PWNED"
+    fsmonitor = f'[core]\\n\\tfsmonitor = \\"touch {marker}; false\\"\\n'
+    await arena.open_workspace("git-redirect", project)
+    r = await arena.run(
+        "printf '!.git\\n!.git/**\\n' >> .gitignore && "
+        f'mkdir -p .git/evil && printf "{fsmonitor}" > .git/evil/config && '
+        "echo evil > .git/commondir && echo /tmp > .git/objects/info/alternates && "
+        "mkdir -p .git/info && echo '* filter=evil' > .git/info/attributes && "
+        f'mkdir -p sub/.git && printf "{fsmonitor}" > sub/.git/config && '
+        "echo 'gitdir: ../evil' > vendor.git 2>/dev/null; mkdir -p vendor && "
+        "echo 'gitdir: ../.git/evil' > vendor/.git && echo planted"
+    )
+    assert "planted" in r.text, r.text
+    diff = await arena.session.workspace_diff()
+    assert "fsmonitor" not in diff and "commondir" not in diff, diff
+    result = await arena.session.apply_changes(force=True)
+    skipped = {s.path: s.reason for s in result.skipped}
+    for path in (
+        ".git/commondir",
+        ".git/evil/config",
+        ".git/objects/info/alternates",
+        ".git/info/attributes",
+        "sub/.git",
+        "vendor/.git",
+    ):
+        assert skipped.get(path) == "protected" or any(
+            path.startswith(p + "/") and why == "protected" for p, why in skipped.items()
+        ), (path, skipped)
+    assert not (project / ".git" / "commondir").exists()
+    assert not (project / "sub" / ".git").exists() and not (project / "vendor" / ".git").exists()
+    status = _git_status(project, home)
+    assert not marker.exists(), f"host git ran the task's code: {status.stdout}{status.stderr}"
+    for sub in ("sub", "vendor"):
+        if (project / sub).is_dir():
+            _git_status(project / sub, home)
+            assert not marker.exists(), f"host git in {sub} ran the task's code"
+    await arena.finish()
+
+
+async def test_ws_a_new_repository_is_never_applied(ws_arena: Arena) -> None:
+    """Item 5: in a project without ``.git``, a task's ``git init`` with a hostile config
+    is not applied at all (a new repository's config is code the host's git runs)."""
+    arena = ws_arena
+    project = arena.workspace / "proj"
+    project.mkdir()
+    (project / "a.txt").write_text("a\n")
+    chown_tree(project)
+    home = arena.tmp_path / "home"
+    home.mkdir()
+    marker = home / "PWNED"
+    await arena.open_workspace("git-new", project)
+    r = await arena.run(
+        "mkdir -p .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD && "
+        f'printf "[core]\\n\\tfsmonitor = \\"touch {marker}; false\\"\\n" > .git/config && '
+        "echo b > b.txt && echo planted"
+    )
+    assert "planted" in r.text, r.text
+    result = await arena.session.apply_changes()
+    assert {s.path: s.reason for s in result.skipped}.get(".git") == "protected", result
+    assert (project / "b.txt").read_text() == "b\n"
+    assert not (project / ".git").exists()
+    _git_status(project, home)
+    assert not marker.exists()
+    await arena.finish()

@@ -85,7 +85,11 @@ def test_remove_workspace_without_root(base: Path) -> None:
 def test_reset_and_prune_without_root(base: Path) -> None:
     root, upper, work = workspace(base)
     change = Change("new.txt", "added", "file", new_mode=0o644)
-    as_user(lambda: None if prune_upper(upper, work, [change]) else None)
+
+    def prune() -> None:
+        assert prune_upper(upper, work, [change]) == 0
+
+    as_user(prune)
     assert list(upper.iterdir()) == []  # applied, or (read-only ``ro``) equal to the lower
     as_user(lambda: reset_upper(upper, work, owner=USER, mode=0o755))
     assert list(upper.iterdir()) == [] and list(work.iterdir()) == []

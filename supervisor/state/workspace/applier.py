@@ -31,6 +31,7 @@ from supervisor.state.workspace.fsutil import (
     DirCache,
     Identity,
     file_type,
+    git_created,
     lstat_at,
     open_project,
     open_regular,
@@ -70,10 +71,11 @@ def select(
     skipped: list[SkippedChange] = []
     skipped_dirs: set[str] = set()
     unique = {c.path: c for c in changes}  # a path listed twice is applied once
+    new_git = git_created(unique.values())
     for change in sorted(unique.values(), key=lambda c: c.path):
         parts = split_relpath(change.path)
         reason = None
-        if protected(parts):
+        if protected(parts, new_git):
             reason = "protected"
         elif change.ignored and not include_ignored:
             reason = "ignored"

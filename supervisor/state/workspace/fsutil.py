@@ -11,12 +11,12 @@ import os
 import secrets
 import stat
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from supervisor.core.errors import WorkspaceMoved
 from supervisor.state.workspace.errors import UnsafeWorkspacePath, WorkspaceError
-from supervisor.state.workspace.models import FileType
+from supervisor.state.workspace.models import Change, FileType
 
 #: A directory, opened without following a symlink in its last component.
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -254,14 +254,45 @@ def same_bytes(name_a: str, fd_a: int, name_b: str, fd_b: int) -> bool:
         os.close(a)
 
 
-#: ``.git/<these>`` run code on the host (hooks; config's core.hooksPath, aliases, ...):
-#: never applied nor put in a diff, whatever the options.
-PROTECTED = frozenset({"hooks", "config"})
+#: What under the project's ``.git`` makes the host's git run a program or look elsewhere
+#: for its configuration or objects: hooks; config (core.fsmonitor, core.hooksPath,
+#: aliases, filters); commondir and gitdir (another repository's config); info (attributes,
+#: excludes, grafts); worktrees and modules (repositories of their own, with config and
+#: hooks). Never applied nor put in a diff, whatever the options; nor is
+#: ``objects/info`` (alternates: objects from anywhere).
+PROTECTED = frozenset(
+    {"hooks", "config", "config.worktree", "commondir", "gitdir", "info", "worktrees", "modules"}
+)
 
 
-def protected(parts: list[str]) -> bool:
-    """Whether a path (as components) is a repository's hooks or config."""
-    return any(p == ".git" and parts[i + 1] in PROTECTED for i, p in enumerate(parts[:-1]))
+#: Names that make git read another file wherever they are under ``.git`` (a config a later
+#: commondir could name, a worktree's pointers).
+_REDIRECTS = frozenset({"config", "config.worktree", "commondir", "gitdir"})
+
+
+def protected(parts: list[str], git_created: bool = False) -> bool:
+    """Whether a change's path (as components) is something of a repository the host's git
+    would run or be redirected by: ``PROTECTED`` under the project's ``.git``, all of a
+    ``.git`` the task created or replaced (``git_created``: a new repository's config), and
+    every ``.git`` deeper in the project (nested clones, submodules' gitdir files)."""
+    for i, part in enumerate(parts):
+        if part != ".git":
+            continue
+        if i > 0 or git_created:
+            return True
+        rest = parts[1:]
+        return bool(rest) and (
+            rest[0] in PROTECTED
+            or rest[-1] in _REDIRECTS
+            or (rest[0] == "objects" and rest[1:2] == ["info"])
+        )
+    return False
+
+
+def git_created(changes: Iterable[Change]) -> bool:
+    """Whether the changes create the project's ``.git`` or replace it by another type (a
+    gitdir file, a link): then all of it is protected."""
+    return any(c.path == ".git" and c.kind in ("added", "replaced") for c in changes)
 
 
 def split_relpath(path: str) -> list[str]:

@@ -23,6 +23,7 @@ from supervisor.state.workspace.fsutil import (
     DirCache,
     Identity,
     Reader,
+    git_created,
     has_acl,
     lstat_at,
     open_project,
@@ -292,13 +293,14 @@ def iter_diff(
     upper_fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
     ldirs, udirs = DirCache(lower_fd), DirCache(upper_fd)
     access = _Access(ldirs, reader)
+    new_git = git_created(changes)
     try:
         for change in sorted(changes, key=lambda c: os.fsencode(c.path)):
             parts = split_relpath(change.path)
             if (
                 (change.ignored and not include_ignored)
                 or not change.applicable
-                or protected(parts)
+                or protected(parts, new_git)
             ):
                 continue
             yield from _change_patches(
