@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -361,6 +361,15 @@ class SandvisorClient:
         params = {"ignored": str(ignored).lower()}
         return list(await self._json("GET", path, params=params, ids=(session_id, None)))
 
+    @staticmethod
+    def reviewed(changes: list[dict[str, Any]]) -> dict[str, str]:
+        """The ``reviewed`` argument of ``apply_changes`` for changes as listed."""
+        return {
+            (f"b64:{c['path_b64']}" if c.get("path_b64") else str(c["path"])): str(c["digest"])
+            for c in changes
+            if c.get("digest")
+        }
+
     async def workspace_diff(self, session_id: str) -> str:
         """The changes as one unified diff that ``git apply`` accepts."""
         path = f"/sessions/{session_id}/workspace/diff"
@@ -368,13 +377,21 @@ class SandvisorClient:
         return response.content.decode("utf-8", "surrogateescape")
 
     async def apply_changes(
-        self, session_id: str, *, force: bool = False, stop_tasks: bool = False
+        self,
+        session_id: str,
+        *,
+        force: bool = False,
+        stop_tasks: bool = False,
+        reviewed: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Write the changes into the host project (``ApplyResult``). WorkspaceConflict
-        (with ``paths``) for host edits unless ``force``; WorkspaceBusy (with ``task_ids``)
-        while tasks run unless ``stop_tasks``."""
+        (with ``paths``) for host edits unless ``force``, and when ``reviewed`` (path ->
+        digest from ``workspace_changes``) is not exactly what would be applied;
+        WorkspaceBusy (with ``task_ids``) while tasks run unless ``stop_tasks``."""
         path = f"/sessions/{session_id}/workspace/apply"
-        body = {"force": force, "stop_tasks": stop_tasks}
+        body: dict[str, Any] = {"force": force, "stop_tasks": stop_tasks}
+        if reviewed is not None:
+            body["reviewed"] = dict(reviewed)
         return dict(await self._json("POST", path, json=body, ids=(session_id, None)))
 
     async def discard_changes(self, session_id: str, *, stop_tasks: bool = False) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -68,12 +68,23 @@ class WorkspaceReview:
         """The changes as one unified diff that ``git apply`` accepts."""
         return await self._ws("diff").diff()
 
-    async def apply_changes(self, *, force: bool = False, stop_tasks: bool = False) -> ApplyResult:
+    async def apply_changes(
+        self,
+        *,
+        force: bool = False,
+        stop_tasks: bool = False,
+        reviewed: Mapping[str, str] | None = None,
+    ) -> ApplyResult:
         """Write the (non-ignored) changes to the host tree, backing up what they overwrite;
         then start from a fresh upper. Conflicts (host files changed since the session
-        began) are refused unless ``force``; running tasks unless ``stop_tasks``."""
+        began) are refused unless ``force``; running tasks unless ``stop_tasks``. With
+        ``reviewed`` (path -> ``Change.digest`` as the caller saw them), the changes listed
+        after the tasks stopped must be exactly those, or nothing is written
+        (WorkspaceConflict): what a stopping task writes is never applied unseen."""
         ws = self._ws("apply")
-        return await self._offline("apply", stop_tasks, lambda: ws.apply(force=force))
+        return await self._offline(
+            "apply", stop_tasks, lambda: ws.apply(force=force, reviewed=reviewed)
+        )
 
     async def discard_changes(self, *, stop_tasks: bool = False) -> None:
         """Drop every change."""
@@ -81,8 +92,9 @@ class WorkspaceReview:
         await self._offline("discard", stop_tasks, ws.discard)
 
     async def undo_apply(self, *, force: bool = False, stop_tasks: bool = False) -> UndoResult:
-        """Put the host tree back as it was before the last apply; its changes are pending
-        again. Host edits made since the apply are refused unless ``force``."""
+        """Put the host tree back as it was before the last apply (the applied changes left
+        the session's layer at apply: they are not pending again). Host edits made since
+        the apply are refused unless ``force``."""
         ws = self._ws("undo")
         return await self._offline("undo", stop_tasks, lambda: ws.undo(force=force))
 

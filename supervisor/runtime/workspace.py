@@ -14,7 +14,7 @@ import asyncio
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -281,13 +281,17 @@ class Workspace:
         uid, gid = self.upper_owner
         return changes_fs.Reader(uid, (gid,))
 
-    async def apply(self, *, force: bool = False) -> changes_fs.ApplyResult:
-        """Write the non-ignored changes into the host tree (backed up, for undo)."""
+    async def apply(
+        self, *, force: bool = False, reviewed: Mapping[str, str] | None = None
+    ) -> changes_fs.ApplyResult:
+        """Write the non-ignored changes into the host tree (backed up, for undo); with
+        ``reviewed`` (path -> the change's digest, as listed), only if they are exactly
+        those (WorkspaceConflict otherwise, nothing written)."""
         self._need_overlay("apply")
-        result: changes_fs.ApplyResult = await self._offline(self._apply, force)
+        result: changes_fs.ApplyResult = await self._offline(self._apply, force, reviewed)
         return result
 
-    def _apply(self, force: bool) -> changes_fs.ApplyResult:
+    def _apply(self, force: bool, reviewed: Mapping[str, str] | None) -> changes_fs.ApplyResult:
         lower = Path(self.plan.host)
         manifest = changes_fs.Manifest.load(self.manifest_path)
         found = changes_fs.list_changes(lower, self.upper, manifest, lower_id=self.lower_id)
@@ -300,6 +304,7 @@ class Workspace:
             force=force,
             manifest=manifest,
             lower_id=self.lower_id,
+            reviewed=reviewed,
         )
         # What was applied leaves the upper, so the tasks see the host tree again (and the
         # user's later edits to it); what was not (ignored entries: node_modules, .venv)

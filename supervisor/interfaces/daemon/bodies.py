@@ -134,6 +134,10 @@ class ApplyBody(_Body):
     up, so ``undo`` restores them."""
     stop_tasks: bool = False
     """Stop the session's running tasks first (else a running task is a 409)."""
+    reviewed: dict[str, str] | None = Field(default=None, max_length=1_000_000)
+    """path -> ``digest`` of each change as the caller reviewed it (from ``changes``):
+    after the tasks stop, the changes must be exactly those, or nothing is written (409
+    ``workspace_conflict`` naming the paths that differ). Omitted: apply what is there."""
 
 
 class UndoBody(_Body):

@@ -24,8 +24,9 @@ DEFAULT_BODY_LIMIT = 64 * KIB
 BODY_LIMITS: dict[str, int] = {
     "/sessions/{session_id}/tasks": 1 * MIB,
     "/sessions/{session_id}/tasks/{task_id}/input": 2 * MIB,
+    # The reviewed digests: ~100 bytes per change, for up to ~80 000 changes.
+    "/sessions/{session_id}/workspace/apply": 8 * MIB,
     # Two booleans at most: a body that needs more is not one of ours.
-    "/sessions/{session_id}/workspace/apply": 1 * KIB,
     "/sessions/{session_id}/workspace/undo": 1 * KIB,
     "/sessions/{session_id}/workspace/discard": 1 * KIB,
 }

@@ -84,9 +84,11 @@ class _Target:
 
     async def apply(self, body: ApplyBody) -> ApplyResult:
         if self.session is not None:
-            return await self.session.apply_changes(force=body.force, stop_tasks=body.stop_tasks)
+            return await self.session.apply_changes(
+                force=body.force, stop_tasks=body.stop_tasks, reviewed=body.reviewed
+            )
         assert self.kept is not None
-        return await self.kept.apply(force=body.force)
+        return await self.kept.apply(force=body.force, reviewed=body.reviewed)
 
     async def undo(self, body: UndoBody) -> UndoResult:
         if self.session is not None:

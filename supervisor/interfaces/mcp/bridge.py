@@ -419,8 +419,12 @@ class SessionBridge:
         why = workspace_texts.not_reviewable(self.workspace)
         if why is not None:
             return why
+        listed = await self.client.workspace_changes(self.session_id)
         result = await self.client.apply_changes(
-            self.session_id, force=force, stop_tasks=stop_tasks
+            self.session_id,
+            force=force,
+            stop_tasks=stop_tasks,
+            reviewed=self.client.reviewed(listed),
         )
         return workspace_texts.applied_text(result, self.session_id)
 

@@ -11,8 +11,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import structlog
@@ -31,68 +30,25 @@ from supervisor.state.workspace.fsutil import (
     DirCache,
     Identity,
     file_type,
-    git_created,
     lstat_at,
     open_project,
     open_regular,
-    protected,
     safe_mode,
-    split_relpath,
 )
 from supervisor.state.workspace.manifest import Manifest
 from supervisor.state.workspace.models import (
     ApplyResult,
     Change,
-    SkippedChange,
     display_path,
 )
+from supervisor.state.workspace.selection import Step, check_reviewed, select
 
 log = structlog.get_logger(__name__)
 
 _O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-@dataclass(slots=True)
-class _Step:
-    change: Change
-    parent: str
-    name: str
-    fresh: bool = False
-    """A parent directory is created by this apply: nothing of the lower lies below."""
-    lower: os.stat_result | None = None
-
-
-def select(
-    changes: Sequence[Change], include_ignored: bool
-) -> tuple[list[_Step], list[SkippedChange]]:
-    """The changes apply carries over (in path order, parents first) and those it skips
-    (a skipped directory stands for the skipped entries below it: node_modules is one)."""
-    steps: list[_Step] = []
-    skipped: list[SkippedChange] = []
-    skipped_dirs: set[str] = set()
-    unique = {c.path: c for c in changes}  # a path listed twice is applied once
-    new_git = git_created(unique.values())
-    for change in sorted(unique.values(), key=lambda c: c.path):
-        parts = split_relpath(change.path)
-        reason = None
-        if protected(parts, new_git):
-            reason = "protected"
-        elif change.ignored and not include_ignored:
-            reason = "ignored"
-        elif not change.applicable:
-            reason = "special_file"
-        if reason is not None:
-            if not any("/".join(parts[:i]) in skipped_dirs for i in range(1, len(parts))):
-                skipped.append(SkippedChange(path=display_path(change.path), reason=reason))
-            if change.file_type == "dir":
-                skipped_dirs.add(change.path)
-            continue
-        parent = "/".join(parts[:-1])
-        steps.append(_Step(change, parent, parts[-1]))
-    return steps, skipped
-
-
-def _removes_lower_dir(step: _Step) -> bool:
+def _removes_lower_dir(step: Step) -> bool:
     c = step.change
     low = step.lower
     return (
@@ -122,7 +78,7 @@ def _mount_inside(dir_fd: int, name: str, dev: int, depth: int = 0) -> bool:
         os.close(fd)
 
 
-def _plan(steps: list[_Step], ldirs: DirCache, udirs: DirCache) -> None:
+def _plan(steps: list[Step], ldirs: DirCache, udirs: DirCache) -> None:
     """Look at both trees before anything is written; raise if a step cannot be done."""
     kinds: dict[str, str] = {}  # lower prefix -> "dir" | "absent" | why it is refused
     new_dirs: set[str] = set()  # directories this apply makes where the lower has none
@@ -168,7 +124,7 @@ def _plan(steps: list[_Step], ldirs: DirCache, udirs: DirCache) -> None:
 
 
 def _ancestors(
-    step: _Step, ldirs: DirCache, kinds: dict[str, str], new_dirs: set[str]
+    step: Step, ldirs: DirCache, kinds: dict[str, str], new_dirs: set[str]
 ) -> str | None:
     """Check the lower's directories above a step: each must be a real directory on the
     lower's filesystem, absent, or made by an earlier step. Sets ``step.fresh``."""
@@ -206,7 +162,7 @@ def _prefix_kind(prefix: str, ldirs: DirCache) -> str:
 
 
 def _conflicts(
-    steps: list[_Step], ldirs: DirCache, manifest: Manifest | None, force: bool
+    steps: list[Step], ldirs: DirCache, manifest: Manifest | None, force: bool
 ) -> list[str]:
     """Paths in conflict (fresh from the manifest when given); raise unless ``force``."""
     found: list[str] = []
@@ -250,6 +206,7 @@ def apply(
     include_ignored: bool = False,
     manifest: Manifest | None = None,
     lower_id: Identity | None = None,
+    reviewed: Mapping[str, str] | None = None,
 ) -> ApplyResult:
     """Carry ``changes`` (from ``list_changes``) from the unmounted ``upper`` into ``lower``.
 
@@ -264,6 +221,8 @@ def apply(
     error raised."""
     backup_root = Path(backup_dir)
     steps, skipped = select(changes, include_ignored)
+    if reviewed is not None:
+        check_reviewed([s.change for s in steps], changes, reviewed)
     lower_fd = open_project(lower, lower_id)
     upper_fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
     ldirs, udirs = DirCache(lower_fd), DirCache(upper_fd)
@@ -345,7 +304,7 @@ class _Run:
         self.bytes_written = 0
         self.dir_modes: list[tuple[str, int]] = []
 
-    def step(self, step: _Step) -> None:
+    def step(self, step: Step) -> None:
         c = step.change
         pfd = self._parent(step.parent)
         cur = lstat_at(step.name, pfd)
@@ -403,7 +362,7 @@ class _Run:
             self.ldirs.forget(rel)
 
     def _chmod(self, pfd: int, name: str, c: Change, cur: os.stat_result) -> None:
-        mode = safe_mode(c.new_mode or 0)
+        mode = safe_mode(c.new_mode or 0, cur.st_mode)
         self.mode_changed += 1
         self.applied.append(c.path)
         if c.file_type == "symlink":
@@ -421,7 +380,7 @@ class _Run:
             os.close(fd)
 
     def _dir(self, pfd: int, name: str, c: Change, cur: os.stat_result | None) -> None:
-        mode = safe_mode(c.new_mode or 0o755)
+        mode = safe_mode(c.new_mode or 0o755, cur.st_mode if cur is not None else None)
         if cur is not None and stat.S_ISDIR(cur.st_mode):
             # The lower keeps its directory (an opaque one over it, or one made on the
             # host meanwhile): only the mode follows the upper.
@@ -435,7 +394,7 @@ class _Run:
             self.created -= 1
         self._mkdir(pfd, name, c.path, mode)
 
-    def _place(self, pfd: int, step: _Step, c: Change, cur: os.stat_result | None) -> None:
+    def _place(self, pfd: int, step: Step, c: Change, cur: os.stat_result | None) -> None:
         """A file or symlink: built under a temporary name beside its target, then linked
         in (when the target is absent: never overwrites what appeared meanwhile) or renamed
         over it (the old entry backed up first)."""
@@ -445,7 +404,8 @@ class _Run:
         self.store.record("tmp", c.path, tmp=tmp)
         try:
             if c.file_type == "file":
-                after = self._write_temp(upfd, step.name, pfd, tmp)
+                old = cur.st_mode if cur is not None else None
+                after = self._write_temp(upfd, step.name, pfd, tmp, old)
             else:
                 os.symlink(os.readlink(step.name, dir_fd=upfd), tmp, dir_fd=pfd)
                 os.chown(tmp, self.uid, self.gid, dir_fd=pfd, follow_symlinks=False)
@@ -480,7 +440,9 @@ class _Run:
                 os.unlink(tmp, dir_fd=pfd)
             raise
 
-    def _write_temp(self, upfd: int, name: str, pfd: int, tmp: str) -> tuple[int, int, int, int]:
+    def _write_temp(
+        self, upfd: int, name: str, pfd: int, tmp: str, old: int | None
+    ) -> tuple[int, int, int, int]:
         src = open_regular(name, upfd)
         try:
             sst = os.fstat(src)
@@ -488,7 +450,7 @@ class _Run:
             try:
                 self.bytes_written += copy_data(src, dst)
                 os.fchown(dst, self.uid, self.gid)
-                os.fchmod(dst, safe_mode(sst.st_mode))
+                os.fchmod(dst, safe_mode(sst.st_mode, old))
                 os.utime(dst, ns=(sst.st_atime_ns, sst.st_mtime_ns))
                 return entry_sig(os.fstat(dst))
             finally:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.state.workspace.errors import WorkspaceError
-from supervisor.state.workspace.fsutil import MAX_DEPTH, O_DIR, O_READ, remove_entry
+from supervisor.state.workspace.fsutil import MAX_DEPTH, O_DIR, O_READ, remove_entry, too_deep
 
 JOURNAL = "journal.jsonl"
 DATA = "data"
@@ -97,7 +97,7 @@ def copy_exact(
         os.symlink(os.readlink(name, dir_fd=src_dir), dst_name, dir_fd=dst_dir)
     elif stat.S_ISDIR(mode):
         if depth >= MAX_DEPTH:
-            raise WorkspaceError(f"cannot back up {name!r}: nested deeper than {MAX_DEPTH}")
+            raise too_deep(name, "the backup")
         os.mkdir(dst_name, 0o700, dir_fd=dst_dir)
         sfd = os.open(name, O_DIR, dir_fd=src_dir)
         try:

@@ -5,6 +5,7 @@ Walks the upper (offline) beside the lower and classifies every entry.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import stat
@@ -16,6 +17,7 @@ from supervisor.state.workspace.fsutil import (
     HEAD_BYTES,
     MAX_DEPTH,
     O_DIR,
+    DirCache,
     Identity,
     dir_markers,
     file_type,
@@ -24,8 +26,10 @@ from supervisor.state.workspace.fsutil import (
     lstat_at,
     open_dir,
     open_project,
+    open_regular,
     read_head,
     same_bytes,
+    too_deep,
     try_open_dir,
 )
 from supervisor.state.workspace.ignore import mark_ignored
@@ -68,11 +72,37 @@ def list_changes(
                 hidden=walker.hidden,
                 ignore_touched=walker.ignore_touched,
             )
+            _digests(upper_fd, changes)
         finally:
             os.close(upper_fd)
     finally:
         os.close(lower_fd)
     return changes
+
+
+def _digests(upper_fd: int, changes: list[Change]) -> None:
+    """Set each change's ``digest`` from the upper's entry as it is now."""
+    udirs = DirCache(upper_fd)
+    try:
+        for c in changes:
+            h = hashlib.sha256(f"{c.kind}\0{c.file_type}\0{c.new_mode}\0".encode())
+            if c.kind != "deleted" and c.file_type == "file":
+                parent, _, name = c.path.rpartition("/")
+                try:
+                    fd = open_regular(name, udirs.get(parent))
+                except (OSError, WorkspaceError):
+                    h.update(b"\0unreadable")
+                else:
+                    try:
+                        while chunk := os.read(fd, 1 << 20):
+                            h.update(chunk)
+                    finally:
+                        os.close(fd)
+            elif c.target is not None:
+                h.update(os.fsencode(c.target))
+            c.digest = h.hexdigest()
+    finally:
+        udirs.close()
 
 
 def _binary(name: str, dir_fd: int, size: int) -> bool:
@@ -313,9 +343,7 @@ class Walker:
         depth: int,
     ) -> None:
         if depth + 1 >= MAX_DEPTH:
-            raise WorkspaceError(
-                f"the upper is nested deeper than {MAX_DEPTH} directories at {rel!r}"
-            )
+            raise too_deep(rel)
         fd = open_dir(name, upper_fd)
         try:
             opaque, unsupported = dir_markers(fd)

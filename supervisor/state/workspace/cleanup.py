@@ -13,10 +13,10 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from supervisor.state.workspace.applier import select
 from supervisor.state.workspace.errors import UnsafeWorkspacePath
 from supervisor.state.workspace.fsutil import MAX_DEPTH, O_DIR, dir_markers, remove_entry
 from supervisor.state.workspace.models import Change
+from supervisor.state.workspace.selection import select
 
 
 def _empty(path: Path) -> None:

@@ -25,8 +25,22 @@ O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 #: How many bytes decide ``binary`` (git looks at the first 8000).
 HEAD_BYTES = 8192
 #: Deepest directory nesting walked (each level holds two fds and up to three stack frames,
-#: well inside Python's default recursion limit of 1000).
+#: well inside Python's default recursion limit of 1000). Not PATH_MAX deep on purpose: a
+#: 4096-byte path nests up to 2048 directories, and walking both trees that deep without
+#: re-resolving paths (what keeps a swapped directory from being followed) needs 4096
+#: open directories, four times the default limit of 1024 file descriptors.
 MAX_DEPTH = 256
+
+
+def too_deep(rel: str, what: str = "the review") -> WorkspaceError:
+    """The error for a tree nested deeper than ``MAX_DEPTH``, saying why and what to do."""
+    return WorkspaceError(
+        f"{rel!r} is nested deeper than {MAX_DEPTH} directories, where {what} stops: each "
+        "level holds open directories of both trees (a depth of PATH_MAX would need more "
+        "file descriptors than the default limit); discard the change, or flatten the tree "
+        "in the sandbox and list again"
+    )
+
 
 OPAQUE_XATTRS = ("user.overlay.opaque", "trusted.overlay.opaque")
 #: Overlay features that would make the upper mean something else than it seems
@@ -55,9 +69,17 @@ def file_type(mode: int) -> FileType:
     return _TYPES[stat.S_IFMT(mode)]
 
 
-def safe_mode(mode: int) -> int:
-    """Permission bits to give an applied entry: setuid and setgid stripped."""
-    return stat.S_IMODE(mode) & ~_SETID
+#: Group and other write: an applied entry gets them only where the host's entry had them.
+_SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def safe_mode(mode: int, old: int | None = None) -> int:
+    """Permission bits to give an applied entry: setuid and setgid stripped, group and
+    other write masked unless the host's entry at that path (``old``, its st_mode) already
+    had them (a ``chmod 0777`` in the sandbox must not make a world-writable directory on
+    the host)."""
+    keep = (old or 0) & _SHARED_WRITE
+    return (stat.S_IMODE(mode) & ~_SETID & ~_SHARED_WRITE) | (stat.S_IMODE(mode) & keep)
 
 
 def is_whiteout(st: os.stat_result) -> bool:

@@ -102,11 +102,26 @@ class Change:
     """The old symlink's target."""
     note: str | None = None
     """Anything else worth knowing: special files apply skips, hard links, mount points."""
+    digest: str | None = None
+    """What apply would write at this path, as one hash (sha256 of the kind, the type, the
+    new mode and the new bytes or link target). A reviewer passes the digests it saw back
+    to apply (``reviewed``), which then writes only exactly that."""
 
     @property
     def applicable(self) -> bool:
         """Whether apply can carry it over (devices, fifos and sockets are skipped)."""
         return self.kind == "deleted" or self.file_type in APPLICABLE
+
+    @property
+    def review_key(self) -> str:
+        """How a reviewer names this change in ``reviewed``: its path, or for a name that
+        is not UTF-8 ``b64:`` and the base64 of its bytes (``path_b64``)."""
+        raw = os.fsencode(self.path)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "b64:" + base64.b64encode(raw).decode()
+        return self.path
 
     @property
     def path_bytes(self) -> bytes:

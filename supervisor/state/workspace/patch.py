@@ -16,7 +16,6 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from supervisor.state.workspace.errors import WorkspaceError
 from supervisor.state.workspace.fsutil import (
     MAX_DEPTH,
     O_DIR,
@@ -30,6 +29,7 @@ from supervisor.state.workspace.fsutil import (
     open_regular,
     protected,
     split_relpath,
+    too_deep,
 )
 from supervisor.state.workspace.models import Change
 
@@ -228,7 +228,7 @@ def _tree_blobs(
     instead of the blob for what ``reader`` could not read, and for a directory on another
     filesystem (a mount point inside the project: never read)."""
     if depth >= MAX_DEPTH:
-        raise WorkspaceError(f"{rel!r} is nested deeper than {MAX_DEPTH} directories")
+        raise too_deep(rel, "the diff")
     fd = os.open(name, O_DIR, dir_fd=dir_fd)
     try:
         if os.fstat(fd).st_dev != dev:
