@@ -370,10 +370,12 @@ class SandvisorClient:
             if c.get("digest")
         }
 
-    async def workspace_diff(self, session_id: str) -> str:
-        """The changes as one unified diff that ``git apply`` accepts."""
+    async def workspace_diff(self, session_id: str, *, full: bool = False) -> str:
+        """The changes as one unified diff that ``git apply`` accepts (``full``: files over
+        1 MiB too, else their sizes and hashes)."""
         path = f"/sessions/{session_id}/workspace/diff"
-        response = await self._request("GET", path, ids=(session_id, None))
+        params = {"full": "true"} if full else None
+        response = await self._request("GET", path, params=params, ids=(session_id, None))
         return response.content.decode("utf-8", "surrogateescape")
 
     async def apply_changes(

@@ -64,9 +64,10 @@ class WorkspaceReview:
         """What the session's tasks changed in the workspace (overlay mode)."""
         return await self._ws("changes").changes()
 
-    async def workspace_diff(self) -> str:
-        """The changes as one unified diff that ``git apply`` accepts."""
-        return await self._ws("diff").diff()
+    async def workspace_diff(self, *, full: bool = False) -> str:
+        """The changes as one unified diff that ``git apply`` accepts (files over 1 MiB as
+        their sizes and hashes unless ``full``)."""
+        return await self._ws("diff").diff(full=full)
 
     async def apply_changes(
         self,

@@ -260,17 +260,20 @@ class Workspace:
             Path(self.plan.host), self.upper, manifest, lower_id=self.lower_id
         )
 
-    async def diff(self) -> str:
+    async def diff(self, *, full: bool = False) -> str:
+        """The changes as one unified diff; files over ``LARGE_BYTES`` as sizes and hashes
+        unless ``full``. Built off the event loop."""
         self._need_overlay("diff")
-        return str(await self._run(self._diff))
+        return str(await self._run(self._diff, full))
 
-    def _diff(self) -> str:
+    def _diff(self, full: bool = False) -> str:
         return changes_fs.diff(
             Path(self.plan.host),
             self.upper,
             self._list(),
             lower_id=self.lower_id,
             reader=self.reader,
+            full=full,
         )
 
     @property

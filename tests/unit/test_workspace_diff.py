@@ -3,8 +3,10 @@ giving the merged view (what git can carry of it), and ``git apply -R`` taking i
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -47,7 +49,7 @@ def merged_view(lower: Path, upper: Path, work: Path) -> dict[str, tuple[object,
 
 def round_trip(tmp_path: Path, lower: Path, upper: Path) -> str:
     changes = list_changes(lower, upper, Manifest.take(lower))
-    patch = diff(lower, upper, changes, include_ignored=True)
+    patch = diff(lower, upper, changes, include_ignored=True, full=True)
     if not patch:  # nothing git can carry changed (git apply refuses an empty patch)
         assert git_view(lower) == merged_view(lower, upper, tmp_path)
         return patch
@@ -138,6 +140,30 @@ def test_big_text_file_whole_replacement(tmp_path: Path) -> None:
     build(upper, {"big.txt": "".join(lines)})
     patch = round_trip(tmp_path, lower, upper)
     assert patch.count("\n-line ") > 1000  # one hunk replacing everything
+
+
+def test_large_files_are_sizes_and_hashes_unless_full(tmp_path: Path) -> None:
+    """Item 8 of the workspace review: an 8 MiB file of newlines took 747 MB to diff. Over
+    LARGE_BYTES a file is its sizes and hashes; the full diff streams lines one by one."""
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    build(lower, {"big.txt": b"\n" * (8 << 20), "small.txt": "a\n"})
+    build(upper, {"big.txt": b"\n" * ((8 << 20) + 1), "small.txt": "b\n"})
+    changes = list_changes(lower, upper, Manifest.take(lower))
+    tracemalloc.start()
+    try:
+        short = diff(lower, upper, changes)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak  # bounded: nothing of the 8 MiB is kept
+    big = hashlib.sha256(b"\n" * ((8 << 20) + 1)).hexdigest()
+    assert f"new {(8 << 20) + 1} bytes, sha256 {big}" in short and "-a\n+b\n" in short
+    # The full diff (asked for explicitly) of a file of newlines over the line limit: one
+    # hunk, lines streamed one at a time rather than held as a list.
+    n = (3 << 20) // 2
+    build(upper, {"big.txt": b"\n" * n})
+    full = diff(lower, upper, list_changes(lower, upper, Manifest.take(lower)), full=True)
+    assert full.count("-\n") == 8 << 20 and full.count("+\n") == n
 
 
 def test_quote_like_git() -> None:

@@ -56,11 +56,13 @@ examples:
 
 DIFF_EPILOG = """\
 What apply would write, as one unified diff with a/ and b/ paths relative to the project
-(ignored changes and special files are left out; binary files as git binary patches).
+(ignored changes and special files are left out; binary files as git binary patches;
+files over 1 MiB as a comment with their sizes and sha256 unless --full; old content the
+sandbox could not read as a comment).
 
 examples:
   sandvisor workspace diff
-  sandvisor workspace diff > agent.patch && git apply --check agent.patch
+  sandvisor workspace diff --full > agent.patch && git apply --check agent.patch
   sandvisor workspace diff --session mcp-1a2b3c4d5e6f | less
 """
 
@@ -140,7 +142,12 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         "--ignored", action="store_true", help="also list ignored changes (node_modules, ...)"
     )
     changes.add_argument("--json", action="store_true", help="a JSON list, one object a change")
-    sub("diff", "show the changes as a unified diff", DIFF_EPILOG, _diff)
+    diff = sub("diff", "show the changes as a unified diff", DIFF_EPILOG, _diff)
+    diff.add_argument(
+        "--full",
+        action="store_true",
+        help="also the content of files over 1 MiB (else their sizes and sha256)",
+    )
     apply = sub("apply", "write the changes into the project on the host", APPLY_EPILOG, _apply)
     apply.add_argument(
         "--force", action="store_true", help="overwrite files changed on the host meanwhile"
@@ -280,7 +287,7 @@ def _session_flag(args: argparse.Namespace, sid: str) -> str:
 
 
 async def _diff(client: SandvisorClient, args: argparse.Namespace, sid: str) -> int:
-    text = await client.workspace_diff(sid)
+    text = await client.workspace_diff(sid, full=args.full)
     out = sys.stdout.buffer
     out.write(text.encode("utf-8", "surrogateescape"))
     out.flush()

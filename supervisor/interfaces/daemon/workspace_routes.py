@@ -76,11 +76,11 @@ class _Target:
         assert self.kept is not None
         return await self.kept.changes()
 
-    async def diff(self) -> str:
+    async def diff(self, full: bool) -> str:
         if self.session is not None:
-            return await self.session.workspace_diff()
+            return await self.session.workspace_diff(full=full)
         assert self.kept is not None
-        return await self.kept.diff()
+        return await self.kept.diff(full=full)
 
     async def apply(self, body: ApplyBody) -> ApplyResult:
         if self.session is not None:
@@ -149,9 +149,14 @@ def add_workspace_routes(api: FastAPI, sup: Supervisor) -> None:
         response_class=DiffResponse,
         responses={**_DIFF, **error_responses(400, 404, 409)},
     )
-    async def workspace_diff(session_id: SessionId, who: Who) -> DiffResponse:
-        """The changes as one unified diff (``git apply`` accepts it in the project)."""
-        text = await _Target(sup, session_id, who).diff()
+    async def workspace_diff(
+        session_id: SessionId,
+        who: Who,
+        full: Annotated[bool, Query(), BOOLEAN] = False,
+    ) -> DiffResponse:
+        """The changes as one unified diff (``git apply`` accepts it in the project). Files
+        over 1 MiB are a comment with their sizes and sha256 unless ``full=true``."""
+        text = await _Target(sup, session_id, who).diff(full)
         data = await asyncio.to_thread(text.encode, "utf-8", "surrogateescape")
         return DiffResponse(data, media_type="text/x-diff; charset=utf-8")
 

@@ -34,9 +34,14 @@ from supervisor.state.workspace.fsutil import (
 from supervisor.state.workspace.models import Change
 
 ZERO_ID = "0" * 40
-#: Text files larger than this (either side) get one hunk replacing every line instead of
-#: a minimal diff: difflib's matcher is quadratic in the worst case.
+#: Text files larger than this, or with more lines (either side), get one hunk replacing
+#: every line instead of a minimal diff: difflib's matcher is quadratic in the worst case
+#: and holds every line as an object (an 8 MiB file of newlines took 747 MB).
 MAX_DIFF_BYTES = 2 << 20
+MAX_DIFF_LINES = 20_000
+#: Files larger than this (either side) are shown as their sizes and hashes unless the full
+#: diff is asked for: what a review reads, and what it costs, stays bounded.
+LARGE_BYTES = 1 << 20
 _ESCAPES = {
     7: "\\a",
     8: "\\b",
@@ -55,6 +60,8 @@ class _Blob:
     data: bytes
     mode: str
     """git's mode: 100644, 100755 or 120000."""
+    large: tuple[int, str] | None = None
+    """(size, sha256) of a file over ``LARGE_BYTES`` whose bytes were not read."""
 
     @property
     def oid(self) -> str:
@@ -117,13 +124,28 @@ def _emit(prefix: str, line: bytes) -> str:
     return prefix + text + "\n\\ No newline at end of file\n"
 
 
+def _iter_lines(data: bytes) -> Iterator[bytes]:
+    """``_lines`` one at a time (no list of every line)."""
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end + 1
+        yield data[start:end]
+        start = end
+
+
+def _count_lines(data: bytes) -> int:
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
 def _hunks(old: bytes, new: bytes) -> Iterator[str]:
-    a, b = _lines(old), _lines(new)
-    if len(old) > MAX_DIFF_BYTES or len(new) > MAX_DIFF_BYTES:
-        yield f"@@ -{_range(0, len(a))} +{_range(0, len(b))} @@\n"
-        yield from (_emit("-", line) for line in a)
-        yield from (_emit("+", line) for line in b)
+    big = len(old) > MAX_DIFF_BYTES or len(new) > MAX_DIFF_BYTES
+    if big or max(_count_lines(old), _count_lines(new)) > MAX_DIFF_LINES:
+        yield f"@@ -{_range(0, _count_lines(old))} +{_range(0, _count_lines(new))} @@\n"
+        yield from (_emit("-", line) for line in _iter_lines(old))
+        yield from (_emit("+", line) for line in _iter_lines(new))
         return
+    a, b = _lines(old), _lines(new)
     matcher = difflib.SequenceMatcher(None, a, b)
     for group in matcher.get_grouped_opcodes(3):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
@@ -152,6 +174,8 @@ def file_patch(raw: bytes, old: _Blob | None, new: _Blob | None) -> str:
     """The patch of one path: ``old`` None adds it, ``new`` None deletes it."""
     a, b = _label(raw, b"a/"), _label(raw, b"b/")
     head = [f"diff --git {quote(b'a/' + raw)} {quote(b'b/' + raw)}\n"]
+    if (old and old.large) or (new and new.large):
+        return "".join(head) + _large_note(old, new)
     old_id = old.oid if old else ZERO_ID
     new_id = new.oid if new else ZERO_ID
     if old is None and new is not None:
@@ -182,20 +206,41 @@ def file_patch(raw: bytes, old: _Blob | None, new: _Blob | None) -> str:
     return "".join(head)
 
 
-def _blob(dir_fd: int, name: str, st: os.stat_result) -> _Blob | None:
-    """A file or symlink as git would store it; None for anything else."""
+def _large_note(old: _Blob | None, new: _Blob | None) -> str:
+    def side(blob: _Blob | None) -> str:
+        if blob is None:
+            return "none"
+        size, digest = blob.large or (len(blob.data), hashlib.sha256(blob.data).hexdigest())
+        return f"{size} bytes, sha256 {digest}"
+
+    return (
+        f"# large file: old {side(old)}; new {side(new)} (over {LARGE_BYTES} bytes: not "
+        "shown; the full diff shows it)\n"
+    )
+
+
+def _blob(dir_fd: int, name: str, st: os.stat_result, full: bool = True) -> _Blob | None:
+    """A file or symlink as git would store it; None for anything else. Unless ``full``, a
+    file over ``LARGE_BYTES`` is only hashed (streamed: its bytes are not kept)."""
     if stat.S_ISLNK(st.st_mode):
         return _Blob(os.fsencode(os.readlink(name, dir_fd=dir_fd)), "120000")
     if not stat.S_ISREG(st.st_mode):
         return None
+    mode = "100755" if st.st_mode & stat.S_IXUSR else "100644"
     fd = open_regular(name, dir_fd)
     try:
+        if not full and os.fstat(fd).st_size > LARGE_BYTES:
+            h, size = hashlib.sha256(), 0
+            while chunk := os.read(fd, 1 << 20):
+                h.update(chunk)
+                size += len(chunk)
+            return _Blob(b"", mode, (size, h.hexdigest()))
         chunks = []
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
     finally:
         os.close(fd)
-    return _Blob(b"".join(chunks), "100755" if st.st_mode & stat.S_IXUSR else "100644")
+    return _Blob(b"".join(chunks), mode)
 
 
 #: What a review shows in place of content the session's tasks could not read.
@@ -222,7 +267,7 @@ def _may_read(reader: Reader | None, dir_fd: int, name: str, st: os.stat_result)
 
 
 def _tree_blobs(
-    dir_fd: int, name: str, rel: str, dev: int, reader: Reader | None, depth: int = 0
+    dir_fd: int, name: str, rel: str, dev: int, reader: Reader | None, full: bool, depth: int = 0
 ) -> Iterator[tuple[str, _Blob | str]]:
     """Every file and symlink in the lower directory ``dir_fd/name``, sorted; a note (str)
     instead of the blob for what ``reader`` could not read, and for a directory on another
@@ -245,9 +290,9 @@ def _tree_blobs(
                 what = "deleted directory" if stat.S_ISDIR(st.st_mode) else "deleted"
                 yield path, what
             elif stat.S_ISDIR(st.st_mode):
-                yield from _tree_blobs(fd, child, path, dev, reader, depth + 1)
+                yield from _tree_blobs(fd, child, path, dev, reader, full, depth + 1)
             else:
-                blob = _blob(fd, child, st)
+                blob = _blob(fd, child, st, full)
                 if blob is not None:
                     yield path, blob
     finally:
@@ -258,9 +303,10 @@ class _Access:
     """Which lower directories ``reader`` can search, from the project's root down
     (memoised per directory)."""
 
-    def __init__(self, ldirs: DirCache, reader: Reader | None) -> None:
+    def __init__(self, ldirs: DirCache, reader: Reader | None, full: bool) -> None:
         self.ldirs = ldirs
         self.reader = reader
+        self.full = full
         self._seen: dict[str, bool] = {}
 
     def reaches(self, rel: str) -> bool:
@@ -287,12 +333,13 @@ def iter_diff(
     include_ignored: bool = False,
     lower_id: Identity | None = None,
     reader: Reader | None = None,
+    full: bool = False,
 ) -> Iterator[str]:
     """``diff`` piece by piece (one file's patch at a time), for streaming."""
     lower_fd = open_project(lower, lower_id)
     upper_fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
     ldirs, udirs = DirCache(lower_fd), DirCache(upper_fd)
-    access = _Access(ldirs, reader)
+    access = _Access(ldirs, reader, full)
     new_git = git_created(changes)
     try:
         for change in sorted(changes, key=lambda c: os.fsencode(c.path)):
@@ -335,9 +382,11 @@ def _change_patches(
                     hidden = "replaced; old " + ("directory" if is_dir else "content")
             elif is_dir:
                 if change.kind == "deleted" or change.file_type != "dir":
-                    old_tree = list(_tree_blobs(lfd, name, change.path, ldirs.dev, access.reader))
+                    old_tree = list(
+                        _tree_blobs(lfd, name, change.path, ldirs.dev, access.reader, access.full)
+                    )
             else:
-                old = _blob(lfd, name, lst)
+                old = _blob(lfd, name, lst, access.full)
             if hidden is not None:
                 size = lst.st_size if stat.S_ISREG(lst.st_mode) else None
                 yield unreadable_note(raw, hidden, size)
@@ -346,7 +395,7 @@ def _change_patches(
         ufd = udirs.get(parent)
         ust = lstat_at(name, ufd)
         if ust is not None:
-            new = _blob(ufd, name, ust)
+            new = _blob(ufd, name, ust, access.full)
     for path, blob in old_tree:
         if isinstance(blob, str):
             if blob.startswith("deleted directory ("):
@@ -371,12 +420,15 @@ def diff(
     include_ignored: bool = False,
     lower_id: Identity | None = None,
     reader: Reader | None = None,
+    full: bool = False,
 ) -> str:
     """A unified diff of ``changes`` (from ``list_changes``) that ``git apply`` (and
     ``git apply -R`` on the result) accepts in the lower: the changes apply would make,
     with paths relative to the lower behind ``a/`` and ``b/``. It cannot carry what git
     does not track: empty directories, directory modes, mode bits other than owner-exec,
-    owners, devices, fifos and sockets."""
+    owners, devices, fifos and sockets. Unless ``full``, a file over ``LARGE_BYTES`` is a
+    comment with its sizes and hashes instead (that part does not apply); with ``reader``,
+    old bytes the tasks could not read are a comment too."""
     return "".join(
         iter_diff(
             lower,
@@ -385,5 +437,6 @@ def diff(
             include_ignored=include_ignored,
             lower_id=lower_id,
             reader=reader,
+            full=full,
         )
     )
