@@ -74,10 +74,40 @@ def test_revoking_a_session_ends_its_codes_and_cookies_only(auth: Auth) -> None:
 
 
 def test_grants_are_capped_oldest_first(auth: Auth, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(auth_module, "MAX_UI_GRANTS", 3)
+    monkeypatch.setattr(auth_module, "MAX_UI_GRANTS_ADMIN", 3)
     codes = [auth.new_login(Principal("admin"), 60) for _ in range(4)]
     assert auth.redeem_login(codes[0], 60) is None
-    assert all(auth.redeem_login(c, 60) is not None for c in codes[1:])
+    cookies = [auth.redeem_login(c, 60) for c in codes[1:]]
+    assert all(c is not None for c in cookies)
+    fourth = auth.redeem_login(auth.new_login(Principal("admin"), 60), 60)
+    assert auth.check_cookie(cookies[0]) is None  # the admin's own oldest cookie went
+    assert all(auth.check_cookie(c) == Principal("admin") for c in [*cookies[1:], fourth])
+
+
+def test_a_session_minting_many_logins_never_logs_the_admin_or_others_out(auth: Auth) -> None:
+    """Each principal has its own budget: a session token that mints and redeems a thousand
+    links (the old shared cap) drops only its own oldest codes and cookies."""
+    admin = Principal("admin")
+    admin_cookie = auth.redeem_login(auth.new_login(admin, 600), 3600)
+    admin_code = auth.new_login(admin, 600)
+    other = Principal("session", "s2")
+    other_cookie = auth.redeem_login(auth.new_login(other, 600), 3600)
+    other_code = auth.new_login(other, 600)
+    me = Principal("session", "s1")
+    mine = [auth.redeem_login(auth.new_login(me, 600), 3600) for _ in range(1000)]
+    codes = [auth.new_login(me, 600) for _ in range(1000)]
+    assert auth.check_cookie(admin_cookie) == admin
+    assert auth.check_cookie(other_cookie) == other
+    # The session's own budget is what went: its newest cookies and codes still work.
+    budget = auth_module.MAX_UI_GRANTS_SESSION
+    assert budget < 1000
+    assert auth.check_cookie(mine[0]) is None
+    assert all(auth.check_cookie(c) == me for c in mine[-budget:])
+    assert auth.redeem_login(codes[0], 60) is None
+    assert auth.redeem_login(codes[-1], 60) is not None
+    # The admin's and the other session's unredeemed codes were not evicted either.
+    assert auth.check_cookie(auth.redeem_login(admin_code, 60)) == admin
+    assert auth.check_cookie(auth.redeem_login(other_code, 60)) == other
 
 
 @pytest.mark.parametrize(
