@@ -291,6 +291,13 @@ class ForbiddenOrigin(Forbidden):
     code = "forbidden_origin"
 
 
+class ForbiddenCsrf(Forbidden):
+    """A dashboard request that changes state, authenticated by the cookie, without the
+    login's CSRF token (``X-Sandvisor-CSRF``)."""
+
+    code = "forbidden_csrf"
+
+
 class MethodNotAllowed(SupervisorError):
     """The route exists but not with this HTTP method; ``allowed`` lists its methods."""
 

@@ -15,6 +15,7 @@ from pathlib import Path
 ADMIN_PREFIX = "sandvisor_admin_"
 SESSION_PREFIX = "sandvisor_session_"
 LOGIN_PREFIX = "sandvisor_login_"
+CSRF_PREFIX = "sandvisor_csrf_"
 #: Live login codes, and dashboard cookies, each principal may hold at most: the admin, and
 #: each session (all of its tokens together). Minting more drops that principal's own
 #: oldest, never another's: a session's token cannot log the admin (or another session) out.
@@ -83,6 +84,19 @@ class _Grant:
 
     principal: Principal
     expires_at: float
+    csrf: str = ""
+    """A cookie's: the digest of the CSRF token that must come with its state changes."""
+
+
+@dataclass(frozen=True)
+class UiLogin:
+    """What redeeming a login code gives the browser: the cookie's value, and the CSRF
+    token the dashboard's script sends (``X-Sandvisor-CSRF``) with every request that
+    changes state. The token never travels in a cookie: browsers send cookies to every
+    port of a host, so a cookie alone must not be enough to change anything."""
+
+    cookie: str
+    csrf: str
 
 
 def _budget(who: Principal) -> int:
@@ -206,20 +220,31 @@ class Auth:
         """A one-time login code for ``who``, valid for ``ttl_s`` seconds."""
         return self._grant(self._logins, LOGIN_PREFIX, who, ttl_s)
 
-    def redeem_login(self, code: str | None, cookie_ttl_s: float) -> str | None:
-        """Exchange a login code (once) for a new dashboard cookie value; None when the code
-        is unknown, used or expired."""
+    def redeem_login(self, code: str | None, cookie_ttl_s: float) -> UiLogin | None:
+        """Exchange a login code (once) for a new dashboard cookie and its CSRF token; None
+        when the code is unknown, used or expired."""
         found = self._lookup(self._logins, code)
         if found is None:
             return None
         digest, grant = found
         self._logins.remove(digest)  # one use only, whatever happens next
-        return self._grant(self._cookies, "", grant.principal, cookie_ttl_s)
+        cookie = secrets.token_urlsafe(32)
+        csrf = CSRF_PREFIX + secrets.token_urlsafe(32)
+        expires_at = self._clock() + cookie_ttl_s
+        self._cookies.add(_digest(cookie), _Grant(grant.principal, expires_at, _digest(csrf)))
+        return UiLogin(cookie, csrf)
 
     def check_cookie(self, value: str | None) -> Principal | None:
         """The principal a dashboard cookie stands for, or None."""
         found = self._lookup(self._cookies, value)
         return None if found is None else found[1].principal
+
+    def check_csrf(self, cookie: str | None, token: str | None) -> bool:
+        """Whether ``token`` is the CSRF token of the live dashboard cookie ``cookie``."""
+        found = self._lookup(self._cookies, cookie)
+        if found is None or not token or not found[1].csrf:
+            return False
+        return hmac.compare_digest(_digest(token), found[1].csrf)
 
     def end_cookie(self, value: str | None) -> None:
         """Log a dashboard cookie out."""

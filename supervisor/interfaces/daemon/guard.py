@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from supervisor.core.errors import (
+    ForbiddenCsrf,
     ForbiddenHost,
     ForbiddenOrigin,
     MethodNotAllowed,
@@ -37,8 +38,11 @@ from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S, body_limit
 SCOPE_PRINCIPAL = "sandvisor.principal"
 #: Routes anyone who can connect may call.
 PUBLIC_PATHS = frozenset({"/healthz"})
-#: Methods that change nothing: a cookie alone may make them (others also need an Origin).
+#: Methods that change nothing: a cookie alone may make them (others also need an Origin
+#: and the login's CSRF token).
 SAFE_METHODS = frozenset({"GET", "HEAD"})
+#: The header the dashboard's script sends its login's CSRF token in.
+CSRF_HEADER = "x-sandvisor-csrf"
 #: An answer for a refused request in another form than JSON (the dashboard's HTML), or None.
 ErrorPage = Callable[[Scope, SupervisorError], ASGIApp | None]
 
@@ -120,10 +124,24 @@ class RequestGuard:
         """The dashboard's cookie, as a principal. SameSite=Strict already keeps other sites'
         requests from carrying it; a request that changes something must also say where it
         comes from (a browser's fetch always sends Origin with a POST), so a cookie never
-        authorises a state change from a context that hides its origin."""
-        who = self.auth.check_cookie(cookie_value(headers.get("cookie"), name))
-        if who is not None and scope["method"] not in SAFE_METHODS and not headers.get("origin"):
-            raise ForbiddenOrigin("a dashboard request that changes state must send its Origin")
+        authorises a state change from a context that hides its origin.
+
+        Origin is not enough: browsers send a host's cookies to every port of that host, so
+        any other local server the browser visits (``127.0.0.1:<another port>``) receives
+        the cookie and can replay it with any Origin it likes. A state change on the cookie
+        therefore also needs the login's CSRF token, which only the dashboard's own origin
+        holds (in its ``localStorage``, which is per origin, port included) and never
+        travels in a cookie."""
+        cookie = cookie_value(headers.get("cookie"), name)
+        who = self.auth.check_cookie(cookie)
+        if who is not None and scope["method"] not in SAFE_METHODS:
+            if not headers.get("origin"):
+                raise ForbiddenOrigin("a dashboard request that changes state must send its Origin")
+            if not self.auth.check_csrf(cookie, headers.get(CSRF_HEADER)):
+                raise ForbiddenCsrf(
+                    "a dashboard request that changes state must send this login's CSRF "
+                    "token in X-Sandvisor-CSRF (open a new login link if the page lost it)"
+                )
         return who
 
     def _route(self, scope: Scope) -> str:
