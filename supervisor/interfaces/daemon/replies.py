@@ -78,8 +78,14 @@ class PoolHealth(_Reply):
     """Ready containers per policy (the shared pool and sessions' own pools summed)."""
 
 
+class Liveness(_Reply):
+    """What ``/healthz`` tells a caller without the admin token: the daemon answers."""
+
+    ok: Literal[True]
+
+
 class Health(_Reply):
-    """Engine state and load."""
+    """Engine state and load (the admin token only)."""
 
     status: Literal["ok", "degraded"]
     engine: EngineHealth
