@@ -3,8 +3,7 @@
 Each class has a stable ``code``; the HTTP API answers ``{"error": {"code", "message", ...}}``
 and :func:`from_wire` turns such a body back into the same class, so the CLI and the MCP
 server branch on types, never on message text. Every subclass that names its own ``code``
-is registered under it (:func:`error_class`).
-"""
+is registered under it (:func:`error_class`)."""
 
 from __future__ import annotations
 
@@ -292,8 +291,7 @@ class ForbiddenOrigin(Forbidden):
 
 
 class ForbiddenCsrf(Forbidden):
-    """A dashboard request that changes state, authenticated by the cookie, without the
-    login's CSRF token (``X-Sandvisor-CSRF``)."""
+    """A state change on the dashboard's cookie without its login's CSRF token."""
 
     code = "forbidden_csrf"
 
