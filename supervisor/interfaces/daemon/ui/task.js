@@ -27,7 +27,7 @@ import {
   throttle,
   visible,
 } from "./common.js";
-import { safeText } from "./ansi.js";
+import { safeText, visibleText } from "./ansi.js";
 import { Timeline } from "./timeline.js";
 import { Transcript } from "./transcript.js";
 
@@ -61,7 +61,7 @@ function field(name, value, attrs = {}) {
 
 function render() {
   document.title = `${tid} · sandvisor`;
-  document.getElementById("title").textContent = task.description || task.command;
+  document.getElementById("title").textContent = visibleText(task.description || task.command);
   const status = document.getElementById("status");
   status.className = `status ${statusClass(task)}`;
   status.replaceChildren(el("span", { class: "status-text" }, describeEnd(task)), ...badges(task));
@@ -186,7 +186,7 @@ async function main() {
     notice(`Could not read the task: ${err.message}`);
     return;
   }
-  document.getElementById("command").textContent = task.command;
+  document.getElementById("command").textContent = visibleText(task.command);
   render();
   const session = await api(`/sessions/${encodeURIComponent(sid)}`);
   let cursor = session.last_seq;
