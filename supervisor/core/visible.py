@@ -37,8 +37,12 @@ _CACHE: dict[str, re.Pattern[str]] = {"": _UNSAFE}
 
 
 def escape_char(ch: str) -> str:
-    """``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN`` for one character."""
+    """``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN`` for one character. A lone surrogate
+    U+DC80-U+DCFF (how Python's ``surrogateescape`` carries an undecodable byte) shows as
+    that byte, ``\\xNN``."""
     code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:
+        code -= 0xDC00
     if code < 0x100:
         return f"\\x{code:02x}"
     if code < 0x10000:
@@ -69,3 +73,13 @@ def visible(text: str, keep: str = "") -> str:
 def has_unsafe(text: str, keep: str = "") -> bool:
     """Whether ``visible(text, keep)`` would change anything."""
     return _pattern(keep).search(text) is not None
+
+
+def quote_name(name: str) -> str:
+    """A file name for a terminal, the way ``git`` shows one (``core.quotePath``): as it is
+    when plain, else in double quotes with ``\\`` and ``"`` escaped and every unsafe
+    character visible (a name can no longer erase a line, set the clipboard through OSC 52
+    or reorder what is shown)."""
+    if not has_unsafe(name) and '"' not in name and "\\" not in name:
+        return name
+    return '"' + visible(name.replace("\\", "\\\\").replace('"', '\\"')) + '"'

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.core.visible import UNSAFE_CLASS, escape_char, has_unsafe, visible
+from supervisor.core.visible import UNSAFE_CLASS, escape_char, has_unsafe, quote_name, visible
 
 JOINERS = {"\u200c", "\u200d"}
 ANSI_JS = Path(__file__).resolve().parents[2] / "supervisor/interfaces/daemon/ui/ansi.js"
@@ -62,3 +62,20 @@ def test_the_dashboard_uses_the_same_set() -> None:
     in_js = set(re.findall(f"[{js_class}]", every))
     in_core = set(re.findall(f"[{UNSAFE_CLASS}]", every)) - {"\t", "\n"}
     assert sorted(in_js ^ in_core) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("src/main.py", "src/main.py"),
+        ("caf\u00e9 \u6f22\u5b57.txt", "caf\u00e9 \u6f22\u5b57.txt"),  # printable: as is
+        ("clip\x1b]52;c;eA==\x07.txt", '"clip\\x1b]52;c;eA==\\x07.txt"'),
+        ("tab\tnew\nline", '"tab\\x09new\\x0aline"'),
+        ("a\u202etxt.exe", '"a\\u202etxt.exe"'),
+        ('say "hi"', '"say \\"hi\\""'),
+        ("back\\x1b", '"back\\\\x1b"'),  # a literal backslash cannot pass for an escape
+        ("bad\udcff", '"bad\\xff"'),  # an undecodable byte (surrogateescape) as that byte
+    ],
+)
+def test_quote_name_as_git_does(name: str, shown: str) -> None:
+    assert quote_name(name) == shown
