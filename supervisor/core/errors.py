@@ -291,7 +291,7 @@ class ForbiddenOrigin(Forbidden):
 
 
 class ForbiddenCsrf(Forbidden):
-    """A state change on the dashboard's cookie without its login's CSRF token."""
+    """An API request on the dashboard's cookie without its login's CSRF token."""
 
     code = "forbidden_csrf"
 

@@ -3,9 +3,10 @@
 Browsers scope cookies by host, not port: any other local server the browser visits
 (``http://127.0.0.1:18399``) receives the dashboard's cookie, and can replay it from a plain
 HTTP client with whatever ``Origin`` it likes. The Origin check alone let such a replay stop
-a task and mint a login link. A state change on the cookie now also needs the login's CSRF
-token, which never travels in a cookie. These cases replay with a real HTTP client against a
-real ``sandvisor serve --ui`` on a real engine (the browser side is in tests/browser)."""
+a task and mint a login link. Anything on the cookie but the dashboard's pages (static,
+no data) now also needs the login's CSRF token, which never travels in a cookie: state
+changes and reads alike. These cases replay with a real HTTP client against a real
+``sandvisor serve --ui`` on a real engine (the browser side is in tests/browser)."""
 
 from __future__ import annotations
 
@@ -101,7 +102,25 @@ def test_a_replayed_cookie_with_a_forged_origin_changes_nothing(ui_daemon: Daemo
     stop = f"/sessions/victim/tasks/{tid}/stop"
     other = _login(d)
     with httpx.Client(base_url=base, timeout=30) as attacker:
-        assert attacker.get("/tasks", headers={"Cookie": admin.cookie}).status_code == 200
+        # Reads are refused too: the cookie alone opens the dashboard's pages (static files,
+        # no data in them) and nothing else.
+        assert attacker.get("/ui/", headers={"Cookie": admin.cookie}).status_code == 200
+        for path in (
+            "/tasks",
+            "/sessions",
+            f"/sessions/victim/tasks/{tid}/output",
+            f"/sessions/victim/tasks/{tid}/output/file",
+            "/sessions/victim/events",
+            "/events/stream",
+            "/openapi.json",
+            "/metrics",
+        ):
+            for headers in ({}, {"Origin": base}, {"X-Sandvisor-CSRF": other.csrf}):
+                r = attacker.get(path, headers={"Cookie": admin.cookie, **headers})
+                assert r.status_code == 403, (path, headers, r.text)
+                assert r.json()["error"]["code"] == "forbidden_csrf", r.text
+            r = attacker.get(f"{path}?sandvisor_csrf={other.csrf}", headers=forged)
+            assert r.status_code == 403, (path, r.text)
         for method, path, body in (
             ("POST", stop, None),
             ("POST", "/ui/logins", {}),
@@ -119,11 +138,16 @@ def test_a_replayed_cookie_with_a_forged_origin_changes_nothing(ui_daemon: Daemo
                     method, path, headers={**forged, "X-Sandvisor-CSRF": token}, json=body
                 )
                 assert r.status_code == 403, (method, path, token, r.text)
-        # Nothing happened: the task runs, no session was planted, the cookie still works.
+        # Nothing happened: the task runs, no session was planted, the login still works.
         assert _running(d, "victim", tid)
         with d.client() as api:
             assert "planted" not in {s["session_id"] for s in api.get("/sessions").json()}
-        assert attacker.get("/tasks", headers={"Cookie": admin.cookie}).status_code == 200
+        own = {"Cookie": admin.cookie, "X-Sandvisor-CSRF": admin.csrf}
+        assert attacker.get("/tasks", headers=own).status_code == 200
+        # Where a browser cannot send a header (EventSource, a download link), the token
+        # may come in the query; the routes never see it (they refuse unknown parameters).
+        r = attacker.get(f"/sessions/victim/tasks/{tid}?sandvisor_csrf={admin.csrf}", headers=own)
+        assert r.status_code == 200, r.text
 
     # The dashboard's own script sends the token: the same requests then work.
     with httpx.Client(base_url=base, timeout=30) as dashboard:
@@ -137,7 +161,7 @@ def test_a_replayed_cookie_with_a_forged_origin_changes_nothing(ui_daemon: Daemo
         r = dashboard.post(stop, headers={"Cookie": admin.cookie, "X-Sandvisor-CSRF": admin.csrf})
         assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_origin"
         assert dashboard.post("/ui/logout", headers=own).status_code == 204
-        assert dashboard.get("/tasks", headers={"Cookie": admin.cookie}).status_code == 401
+        assert dashboard.get("/tasks", headers=own).status_code == 401
 
 
 def test_a_session_login_token_does_not_unlock_the_admin_cookie(ui_daemon: Daemon) -> None:

@@ -28,6 +28,13 @@ ECHO = (
 )
 
 
+def csrf(page: Page) -> str:
+    """The login's CSRF token, where the dashboard's script keeps it."""
+    token = page.evaluate("localStorage.getItem('sandvisor.csrf')")
+    assert isinstance(token, str), token
+    return token
+
+
 def row(page: Page, tid: str) -> str:
     return f'#tasks-table tr[data-task-id="{tid}"]'
 
@@ -86,9 +93,12 @@ def test_partial_line_flushed_when_the_task_ends(ui: Ui, page: Page) -> None:
     expect(lines).to_have_text(["whole", "no newline at the end"])
     expect(lines.last).to_have_class(re.compile("no-eol"))
     expect(page.locator("#status")).to_contain_text("completed, exit code 0")
-    # The download link: the whole output file, as an attachment, on the cookie.
+    # The download link: the whole output file, as an attachment, on the cookie and the
+    # login's CSRF token (a link cannot send a header: it is in the query).
     href = page.locator("#download").get_attribute("href")
-    assert href == f"/sessions/flush/tasks/{task['task_id']}/output/file"
+    assert (
+        href == f"/sessions/flush/tasks/{task['task_id']}/output/file?sandvisor_csrf={csrf(page)}"
+    )
     download = page.context.request.get(f"{ui.base}{href}")
     assert download.status == 200
     assert download.body() == b"whole\nno newline at the end"
@@ -150,9 +160,10 @@ def test_session_login_sees_only_its_session(ui: Ui, page: Page) -> None:
         assert response is not None and response.status == 404
         expect(page.locator("h1")).to_have_text("Not found")
     api = page.context.request
-    assert api.get(f"{ui.base}/sessions/theirs/tasks").status == 404
-    assert api.get(f"{ui.base}/sessions/mine/tasks").status == 200
-    tasks = api.get(f"{ui.base}/tasks").json()
+    own = {"X-Sandvisor-CSRF": csrf(page)}
+    assert api.get(f"{ui.base}/sessions/theirs/tasks", headers=own).status == 404
+    assert api.get(f"{ui.base}/sessions/mine/tasks", headers=own).status == 200
+    tasks = api.get(f"{ui.base}/tasks", headers=own).json()
     assert {t["session_id"] for t in tasks} == {"mine"}
     with ui.api() as c:
         for sid in ("mine", "theirs"):
@@ -193,9 +204,15 @@ def test_refusals_without_login_and_from_foreign_origin(ui: Ui, page: Page) -> N
         assert anon.get("/ui/login?token=sandvisor_login_made-up").status_code == 401
         assert anon.get("/ui/", headers={"Cookie": "sandvisor_ui_1=made-up"}).status_code == 401
         assert anon.get("/tasks", headers={"Origin": foreign}).status_code == 403
+    token = csrf(page)
+    assert token.startswith("sandvisor_csrf_")
     with ui.tcp(Cookie=cookie) as logged_in:
-        assert logged_in.get("/tasks").status_code == 200
+        # The cookie alone opens the pages (they hold no data), not the API, not even reads.
         assert logged_in.get("/ui/").status_code == 200
+        r = logged_in.get("/tasks")
+        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_csrf"
+        assert logged_in.get("/tasks", headers={"X-Sandvisor-CSRF": token}).status_code == 200
+        assert logged_in.get(f"/tasks?sandvisor_csrf={token}").status_code == 200
         assert logged_in.get("/tasks", headers={"Origin": foreign}).status_code == 403
         stop = "/sessions/guarded/tasks/bg-00000000/stop"
         assert logged_in.post(stop, headers={"Origin": foreign}).status_code == 403
@@ -204,9 +221,7 @@ def test_refusals_without_login_and_from_foreign_origin(ui: Ui, page: Page) -> N
         # An allowed Origin is not enough either: it needs the login's CSRF token.
         r = logged_in.post(stop, headers={"Origin": ui.base})
         assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_csrf"
-        csrf = page.evaluate("localStorage.getItem('sandvisor.csrf')")
-        assert isinstance(csrf, str) and csrf.startswith("sandvisor_csrf_")
-        own = {"Origin": ui.base, "X-Sandvisor-CSRF": csrf}
+        own = {"Origin": ui.base, "X-Sandvisor-CSRF": token}
         assert logged_in.post(stop, headers=own).status_code == 404
         assert logged_in.get("/ui/", headers={"Host": "evil.example"}).status_code == 403
     # Logging out ends the cookie at once.
@@ -264,6 +279,11 @@ def test_another_port_gets_the_cookie_but_cannot_change_anything(ui: Ui, page: P
     with ui.tcp(**replay) as attacker:
         for path, body in ((f"/sessions/ports/tasks/{tid}/stop", None), ("/ui/logins", {})):
             r = attacker.post(path, json=body)
+            assert r.status_code == 403, (path, r.text)
+            assert r.json()["error"]["code"] == "forbidden_csrf"
+        # Reading is refused too: the task list, its output, the event stream.
+        for path in ("/tasks", f"/sessions/ports/tasks/{tid}/output", "/events/stream"):
+            r = attacker.get(path)
             assert r.status_code == 403, (path, r.text)
             assert r.json()["error"]["code"] == "forbidden_csrf"
     assert ui.task("ports", tid)["status"] == "running"

@@ -10,6 +10,7 @@ import pytest
 from supervisor.core.errors import Forbidden, SessionNotFound, Unauthorized
 from supervisor.interfaces.daemon import auth as auth_module
 from supervisor.interfaces.daemon.auth import Auth, Principal, cookie_value
+from supervisor.interfaces.daemon.guard import _take_query_token
 from supervisor.interfaces.daemon.ui_assets import ASSET_NAME, CSP, load_assets, ui_error_page
 
 
@@ -179,3 +180,22 @@ def test_refusals_of_pages_are_pages_and_of_the_api_json() -> None:
         {"type": "http", "method": "GET", "path": "/uix"},
     ):
         assert ui_error_page(scope, Unauthorized()) is None, scope
+
+
+@pytest.mark.parametrize(
+    ("query", "token", "left"),
+    [
+        (b"", None, b""),
+        (b"after=3", None, b"after=3"),
+        (b"sandvisor_csrf=t1", "t1", b""),
+        (b"after=3&sandvisor_csrf=t1&task_id=bg-1", "t1", b"after=3&task_id=bg-1"),
+        (b"sandvisor_csrf=t1&sandvisor_csrf=t2", "t1", b""),
+        (b"x_sandvisor_csrf=t1", None, b"x_sandvisor_csrf=t1"),
+    ],
+)
+def test_the_query_token_is_taken_out_of_the_query(
+    query: bytes, token: str | None, left: bytes
+) -> None:
+    scope: dict[str, object] = {"query_string": query}
+    assert _take_query_token(scope) == token
+    assert scope["query_string"] == left

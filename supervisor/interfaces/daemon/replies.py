@@ -323,9 +323,9 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     400: "Refused by the policy (policy_error, invalid_spec, workspace_outside_roots, "
     "workspace_unsafe_path)",
     401: "Missing or invalid bearer token or dashboard cookie (unauthorized)",
-    403: "TCP listener: Host or Origin not allowed, or a dashboard request that changes "
-    "state without an Origin or without its login's CSRF token "
-    "(forbidden_host, forbidden_origin, forbidden_csrf)",
+    403: "TCP listener: Host or Origin not allowed, a dashboard request on the cookie "
+    "without its login's CSRF token, or one that changes state without an Origin "
+    "(forbidden_host, forbidden_csrf, forbidden_origin)",
     404: "No such session, task or resource (session_not_found, task_not_found, not_found, "
     "no_workspace, workspace_no_backup)",
     405: "The route exists with other methods (method_not_allowed; see the Allow header)",

@@ -2,9 +2,9 @@
 one-time login link exchanged for a cookie, and logging out.
 
 The pages are static files; their script reads the ids from the address and talks to the
-same API as every other client, authenticated by the cookie (the request guard takes it in
-place of a bearer token). A page of a session or task the login may not see answers 404, as
-the API does."""
+same API as every other client, authenticated by the cookie and the login's CSRF token (the
+request guard takes them in place of a bearer token; the cookie alone opens the pages). A
+page of a session or task the login may not see answers 404, as the API does."""
 
 from __future__ import annotations
 

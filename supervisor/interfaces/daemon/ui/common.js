@@ -23,15 +23,15 @@ export function notice(text, kind = "error") {
 }
 
 /**
- * The login's CSRF token, sent with every request that changes something. The cookie alone
- * is not enough for those: browsers send it to every port of this host, so another local
- * server could replay it. The login page hands the token over in the address's fragment
- * (never sent to a server); it is kept in localStorage, which is this origin's alone (port
- * included), and dropped from the address at once.
+ * The login's CSRF token, sent with every API request. The cookie alone opens only the
+ * pages: browsers send it to every port of this host, so another local server could replay
+ * it. The login page hands the token over in the address's fragment (never sent to a
+ * server); it is kept in localStorage, which is this origin's alone (port included), and
+ * dropped from the address at once. EventSource and download links cannot send a header:
+ * they carry it as the ``sandvisor_csrf`` query parameter (withToken).
  */
 const CSRF_KEY = "sandvisor.csrf";
 const CSRF_HEADER = "X-Sandvisor-CSRF";
-const SAFE = new Set(["GET", "HEAD"]);
 /** The token when localStorage is unavailable (this page only). */
 let csrfInMemory = null;
 
@@ -56,6 +56,13 @@ function csrfToken() {
   }
 }
 
+/** ``url`` with the login's CSRF token as a query parameter (for EventSource and links). */
+export function withToken(url) {
+  const token = csrfToken();
+  if (!token) return url;
+  return `${url}${url.includes("?") ? "&" : "?"}sandvisor_csrf=${encodeURIComponent(token)}`;
+}
+
 function forgetCsrf() {
   csrfInMemory = null;
   try {
@@ -72,9 +79,8 @@ const streams = new Set();
 
 /** JSON from the API; throws ApiError with the API's error code. */
 export async function api(path, options = {}) {
-  const method = (options.method || "GET").toUpperCase();
   const headers = { ...(options.headers || {}) };
-  const token = SAFE.has(method) ? null : csrfToken();
+  const token = csrfToken();
   if (token) headers[CSRF_HEADER] = token;
   const response = await fetch(path, { credentials: "same-origin", ...options, headers });
   if (response.status === 401 && !loggedOut) {
@@ -241,7 +247,7 @@ export class LiveStream {
   }
 
   connect() {
-    const source = new EventSource(this.url());
+    const source = new EventSource(withToken(this.url()));
     this.source = source;
     source.onopen = () => {
       setState("live");

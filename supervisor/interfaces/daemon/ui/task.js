@@ -26,6 +26,7 @@ import {
   taskPath,
   throttle,
   visible,
+  withToken,
 } from "./common.js";
 import { safeText, visibleText } from "./ansi.js";
 import { Timeline } from "./timeline.js";
@@ -177,7 +178,7 @@ form.addEventListener("submit", async (e) => {
   await refresh();
 });
 
-document.getElementById("download").href = taskPath(sid, tid, "/output/file");
+document.getElementById("download").href = withToken(taskPath(sid, tid, "/output/file"));
 
 async function main() {
   try {
