@@ -143,7 +143,8 @@ class RequestGuard:
         safe = scope["method"] in SAFE_METHODS
         token = headers.get(CSRF_HEADER)
         if safe:
-            token = _take_query_token(scope) or token
+            queried = _take_query_token(scope)  # always taken out of the routes' query
+            token = token or queried
             if _is_page(scope["path"]):
                 return who
         elif not headers.get("origin"):
