@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from supervisor.core.events import (
@@ -19,18 +18,15 @@ from supervisor.core.events import (
 )
 from supervisor.core.lifecycle import status_for
 from supervisor.core.text import REASON_TEXT, format_duration, task_label
-
-# XML 1.0 forbids most C0 controls; ESC would also let output drive a terminal. Show them.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffe\uffff]")
-
-
-def _visible(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}" if ord(match.group()) < 0x100 else "\ufffd"
+from supervisor.core.visible import visible
 
 
 def xml_text(value: str) -> str:
-    """Escape text content; control characters become visible ``\\xNN``."""
-    value = _CONTROL.sub(_visible, value)
+    """Escape text content. Control characters (XML 1.0 forbids most C0 controls; ESC would
+    let output drive a terminal), bidirectional overrides and other invisible format
+    characters become visible ``\\xNN`` / ``\\uNNNN`` (``core.visible``); tab, newline
+    and carriage return stay."""
+    value = visible(value, keep="\t\n\r")
     return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -135,21 +131,24 @@ def render_xml(ev: BaseEvent) -> str | None:
 
 
 def render_json(ev: BaseEvent) -> dict[str, Any]:
-    """A JSON-friendly dict with the same information as ``render_xml`` plus the raw event."""
+    """A JSON-friendly dict with the same information as ``render_xml`` plus the raw event.
+    The summary is for people (the dashboard shows it): its unsafe characters are escaped
+    as in the XML; the event keeps the task's text exactly."""
     out: dict[str, Any] = {"event": ev.model_dump(mode="json")}
+    said: str | None = None
     if isinstance(ev, (TaskStopped, TaskFailed)):
         out["status"] = event_status(ev)
-        out["summary"] = summary(ev)
+        said = summary(ev)
     elif isinstance(ev, TaskStalled):
-        out["summary"] = (
-            f'Background command "{_label(ev)}" appears to be waiting for interactive input'
-        )
+        said = f'Background command "{_label(ev)}" appears to be waiting for interactive input'
     elif isinstance(ev, TaskStarted):
-        out["summary"] = f'Background command "{_label(ev)}" started'
+        said = f'Background command "{_label(ev)}" started'
     elif isinstance(ev, SessionEnded):
-        out["summary"] = f"Session ended; {ev.tasks_stopped} task(s) stopped"
+        said = f"Session ended; {ev.tasks_stopped} task(s) stopped"
     elif isinstance(ev, EventsGap):
-        out["summary"] = f"Events {ev.first_seq}-{ev.last_seq} were missed ({ev.why})"
+        said = f"Events {ev.first_seq}-{ev.last_seq} were missed ({ev.why})"
+    if said is not None:
+        out["summary"] = visible(said)
     out["xml"] = render_xml(ev)
     return out
 

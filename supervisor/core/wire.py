@@ -8,7 +8,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from supervisor.core import problems  # noqa: F401 - registers InvalidRequest
+from supervisor.core import (
+    problems,  # noqa: F401 - registers InvalidRequest
+    workspace_errors,  # noqa: F401 - registers the workspace errors
+)
 from supervisor.core.errors import _BY_CODE, HttpError, SupervisorError
 
 

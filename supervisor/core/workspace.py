@@ -22,7 +22,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from supervisor.core.container import Mount
-from supervisor.core.errors import PolicyError, WorkspaceOutsideRoots
+from supervisor.core.errors import PolicyError
+from supervisor.core.workspace_errors import WorkspaceOutsideRoots
 
 WorkspaceMode = Literal["overlay", "ro", "rw"]
 RootOwner = Literal["nobody", "root", "refuse"]

@@ -183,7 +183,8 @@ class SandvisorClient:
         return await self.endpoint.reachable(self._timeout)
 
     async def healthz(self) -> dict[str, Any]:
-        """Engine state and load (also when the engine is down: ``status: degraded``)."""
+        """Engine state and load (also when the engine is down: ``status: degraded``) with
+        the admin token; with any other, only ``{"ok": True}`` (liveness)."""
         return dict((await self._send("GET", "/healthz")).json())
 
     async def create_session(

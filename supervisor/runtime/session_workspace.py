@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
-from supervisor.core.errors import NoWorkspace, WorkspaceBusy
+from supervisor.core.workspace_errors import NoWorkspace, WorkspaceBusy
 from supervisor.runtime.session_end import stop_all
 from supervisor.runtime.session_ports import SessionServices
 from supervisor.runtime.task.runner import TaskRunner

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from supervisor import StateStorageError
-from supervisor.core.errors import WorkspaceConflict, WorkspaceError
+from supervisor.core.workspace_errors import WorkspaceConflict, WorkspaceError
 from tests.adversarial.harness import Arena
 from tests.integration.workspaces.support import OWNER, chown_tree, tree_hash
 from tests.unit.workspace_tools import File, Link, Spec, build, git_apply, snapshot

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from supervisor import Supervisor, TaskSpec
-from supervisor.core.errors import PolicyError, WorkspaceConflict, WorkspaceMoved
+from supervisor.core.errors import PolicyError
 from supervisor.core.workspace import WorkspaceMode, WorkspaceSpec
+from supervisor.core.workspace_errors import WorkspaceConflict, WorkspaceMoved
 from tests.adversarial.harness import Arena, owned_by
 from tests.adversarial.test_workspace_attacks import _git_repo, _git_status
 from tests.conftest import POLICIES, require_engine

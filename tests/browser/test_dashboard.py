@@ -5,9 +5,12 @@ foreign Origin)."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
+import threading
 import time
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -23,6 +26,13 @@ ECHO = (
     'while read -r l; do case "$l" in nl) echo;; part\\ *) printf "%s" "${l#part }";; '
     '*) echo "$l";; esac; done'
 )
+
+
+def csrf(page: Page) -> str:
+    """The login's CSRF token, where the dashboard's script keeps it."""
+    token = page.evaluate("localStorage.getItem('sandvisor.csrf')")
+    assert isinstance(token, str), token
+    return token
 
 
 def row(page: Page, tid: str) -> str:
@@ -83,9 +93,12 @@ def test_partial_line_flushed_when_the_task_ends(ui: Ui, page: Page) -> None:
     expect(lines).to_have_text(["whole", "no newline at the end"])
     expect(lines.last).to_have_class(re.compile("no-eol"))
     expect(page.locator("#status")).to_contain_text("completed, exit code 0")
-    # The download link: the whole output file, as an attachment, on the cookie.
+    # The download link: the whole output file, as an attachment, on the cookie and the
+    # login's CSRF token (a link cannot send a header: it is in the query).
     href = page.locator("#download").get_attribute("href")
-    assert href == f"/sessions/flush/tasks/{task['task_id']}/output/file"
+    assert (
+        href == f"/sessions/flush/tasks/{task['task_id']}/output/file?sandvisor_csrf={csrf(page)}"
+    )
     download = page.context.request.get(f"{ui.base}{href}")
     assert download.status == 200
     assert download.body() == b"whole\nno newline at the end"
@@ -147,9 +160,10 @@ def test_session_login_sees_only_its_session(ui: Ui, page: Page) -> None:
         assert response is not None and response.status == 404
         expect(page.locator("h1")).to_have_text("Not found")
     api = page.context.request
-    assert api.get(f"{ui.base}/sessions/theirs/tasks").status == 404
-    assert api.get(f"{ui.base}/sessions/mine/tasks").status == 200
-    tasks = api.get(f"{ui.base}/tasks").json()
+    own = {"X-Sandvisor-CSRF": csrf(page)}
+    assert api.get(f"{ui.base}/sessions/theirs/tasks", headers=own).status == 404
+    assert api.get(f"{ui.base}/sessions/mine/tasks", headers=own).status == 200
+    tasks = api.get(f"{ui.base}/tasks", headers=own).json()
     assert {t["session_id"] for t in tasks} == {"mine"}
     with ui.api() as c:
         for sid in ("mine", "theirs"):
@@ -190,21 +204,94 @@ def test_refusals_without_login_and_from_foreign_origin(ui: Ui, page: Page) -> N
         assert anon.get("/ui/login?token=sandvisor_login_made-up").status_code == 401
         assert anon.get("/ui/", headers={"Cookie": "sandvisor_ui_1=made-up"}).status_code == 401
         assert anon.get("/tasks", headers={"Origin": foreign}).status_code == 403
+    token = csrf(page)
+    assert token.startswith("sandvisor_csrf_")
     with ui.tcp(Cookie=cookie) as logged_in:
-        assert logged_in.get("/tasks").status_code == 200
+        # The cookie alone opens the pages (they hold no data), not the API, not even reads.
         assert logged_in.get("/ui/").status_code == 200
+        r = logged_in.get("/tasks")
+        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_csrf"
+        assert logged_in.get("/tasks", headers={"X-Sandvisor-CSRF": token}).status_code == 200
+        assert logged_in.get(f"/tasks?sandvisor_csrf={token}").status_code == 200
         assert logged_in.get("/tasks", headers={"Origin": foreign}).status_code == 403
         stop = "/sessions/guarded/tasks/bg-00000000/stop"
         assert logged_in.post(stop, headers={"Origin": foreign}).status_code == 403
         # A state change on the cookie alone, with no Origin at all, is refused too.
         assert logged_in.post(stop).status_code == 403
-        assert logged_in.post(stop, headers={"Origin": ui.base}).status_code == 404
+        # An allowed Origin is not enough either: it needs the login's CSRF token.
+        r = logged_in.post(stop, headers={"Origin": ui.base})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_csrf"
+        own = {"Origin": ui.base, "X-Sandvisor-CSRF": token}
+        assert logged_in.post(stop, headers=own).status_code == 404
         assert logged_in.get("/ui/", headers={"Host": "evil.example"}).status_code == 403
     # Logging out ends the cookie at once.
     page.click("#logout")
     expect(page.locator("#notice")).to_contain_text("Logged out")
     with httpx.Client(base_url=ui.base, headers={"Cookie": cookie}) as after:
         assert after.get("/tasks").status_code == 401
+
+
+class _CookieCatcher(http.server.BaseHTTPRequestHandler):
+    """Another local server on another port, as any the user visits: it records the Cookie
+    header each request brings."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(self.headers.get("Cookie", ""))
+        body = b"<!doctype html><title>another local app</title><p>hello"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_another_port_gets_the_cookie_but_cannot_change_anything(ui: Ui, page: Page) -> None:
+    """Issue 22, item 10: cookies are scoped by host, not port, so a page on another
+    loopback port receives the dashboard's cookie. Replayed with a forged Origin it is
+    refused for want of the CSRF token; the dashboard itself still stops the task."""
+    ui.session("ports")
+    ui.login(page)
+    assert page.url == f"{ui.base}/ui/"  # the token left the address at once
+    task = ui.start("ports", "sleep 600", description="sleeper", policy="fast")
+    tid = task["task_id"]
+    ui.wait_task("ports", tid, lambda t: t["status"] == "running")
+    _CookieCatcher.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CookieCatcher)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+        expect(page.locator("p")).to_have_text("hello")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    (dashboard_cookie,) = page.context.cookies()
+    leaked = f"{dashboard_cookie['name']}={dashboard_cookie['value']}"
+    assert any(leaked in header for header in _CookieCatcher.seen), _CookieCatcher.seen
+    # The other port's server replays what it got, with the dashboard's own Origin.
+    replay = {"Cookie": _CookieCatcher.seen[0], "Origin": ui.base}
+    with ui.tcp(**replay) as attacker:
+        for path, body in ((f"/sessions/ports/tasks/{tid}/stop", None), ("/ui/logins", {})):
+            r = attacker.post(path, json=body)
+            assert r.status_code == 403, (path, r.text)
+            assert r.json()["error"]["code"] == "forbidden_csrf"
+        # Reading is refused too: the task list, its output, the event stream.
+        for path in ("/tasks", f"/sessions/ports/tasks/{tid}/output", "/events/stream"):
+            r = attacker.get(path)
+            assert r.status_code == 403, (path, r.text)
+            assert r.json()["error"]["code"] == "forbidden_csrf"
+    assert ui.task("ports", tid)["status"] == "running"
+    # The dashboard (its script holds the token) stops it from the UI.
+    page.goto(f"{ui.base}/ui/sessions/ports/tasks/{tid}")
+    page.click("#stop")
+    expect(page.locator("#status")).to_contain_text("user stopped", timeout=15_000)
+    assert ui.task("ports", tid)["reason"] == "user_stopped"
 
 
 def test_sandvisor_ui_prints_a_working_link(ui: Ui, page: Page) -> None:

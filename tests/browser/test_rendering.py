@@ -59,3 +59,28 @@ def test_workspace_pending_changes_in_the_sessions_table(ui: Ui, page: Page) -> 
     expect(page.locator("#workspace")).to_contain_text("2 pending changes")
     with ui.api() as c:
         c.post("/sessions/ws/end")
+
+
+def test_bidi_and_invisible_characters_in_names_are_shown(ui: Ui, page: Page) -> None:
+    """Issue 22, item 12: a description with a right-to-left override (and other invisible
+    format characters) showed reordered in the table, the task's title and the session's
+    timeline; now each page shows the escapes the agent's notifications have."""
+    ui.session("bidi")
+    name = "invoice_\u202etxt.exe zw\u200bsp tag\U000e0041"
+    shown = "invoice_\\u202etxt.exe zw\\u200bsp tag\\U000e0041"
+    task = ui.start("bidi", "printf 'out \\342\\200\\256x\\n'", description=name, policy="fast")
+    tid = task["task_id"]
+    ui.wait_task("bidi", tid, lambda t: t["status"] == "completed")
+    ui.login(page)
+    cell = page.locator(f'#tasks-table tr[data-task-id="{tid}"] td[data-col="description"]')
+    expect(cell).to_have_text(shown)
+    page.goto(f"{ui.base}/ui/sessions/bidi")
+    summary = page.locator("#timeline li .summary").last
+    expect(summary).to_have_text(f'Background command "{shown}" completed (exit code 0)')
+    expect(page.locator("#timeline li pre.xml").last).to_contain_text(shown)
+    page.goto(f"{ui.base}/ui/sessions/bidi/tasks/{tid}")
+    expect(page.locator("#title")).to_have_text(shown)
+    expect(page.locator("#transcript .line")).to_have_text(["out \\u202ex"])
+    for where in ("#tasks-table", "#title", "#timeline", "#transcript"):
+        for text in page.locator(where).all_inner_texts():
+            assert not any(ch in text for ch in "\u202e\u200b\U000e0041"), (where, text)

@@ -759,7 +759,13 @@ def test_healthz_and_openapi(daemon: Daemon) -> None:
         transport=httpx.HTTPTransport(uds=str(daemon.socket)), base_url="http://sandvisor"
     )
     with anon:
-        r = anon.get("/healthz")
+        # Without a token: liveness only, nothing of the engine, kernel, sessions or tasks.
+        for headers in ({}, {"Authorization": "Bearer sandvisor_admin_wrong"}):
+            r = anon.get("/healthz", headers=headers)
+            assert r.status_code == 200
+            assert r.json() == {"ok": True}, r.text
+    with daemon.client() as admin:
+        r = admin.get("/healthz")
         assert r.status_code == 200
         health = r.json()
         assert health["status"] == "ok"
@@ -767,6 +773,14 @@ def test_healthz_and_openapi(daemon: Daemon) -> None:
         assert health["engine"]["api_version"]
         assert health["sessions"] == 0
         assert health["running_tasks"] == 0
+        # A session's token sees its own session, not the daemon's: liveness only.
+        with daemon.client(token=open_session(admin, "health-scoped")) as scoped:
+            assert scoped.get("/healthz").json() == {"ok": True}
+        assert admin.delete("/sessions/health-scoped").status_code == 200
+    anon = httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(daemon.socket)), base_url="http://sandvisor"
+    )
+    with anon:
         # The document is for authenticated callers only (it was public).
         r = anon.get("/openapi.json")
         assert r.status_code == 401

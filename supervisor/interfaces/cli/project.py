@@ -16,13 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor.core.errors import (
-    NotFound,
-    PolicyError,
-    SessionNotFound,
-    SupervisorError,
-    WorkspaceOutsideRoots,
-)
+from supervisor.core.errors import NotFound, PolicyError, SessionNotFound, SupervisorError
+from supervisor.core.workspace_errors import WorkspaceOutsideRoots
 from supervisor.interfaces.cli.remote import (
     DEFAULT_SESSION,
     CliError,

@@ -8,14 +8,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from supervisor.core.errors import (
-    NoBackup,
-    NotFound,
-    NoWorkspace,
-    SessionNotFound,
-    WorkspaceBusy,
-    WorkspaceConflict,
-)
+from supervisor.core.errors import NotFound, SessionNotFound
+from supervisor.core.visible import quote_name, visible
+from supervisor.core.workspace_errors import NoBackup, NoWorkspace, WorkspaceBusy, WorkspaceConflict
 from supervisor.interfaces.cli.common import HelpFormatter, print_json, print_table, want_plain
 from supervisor.interfaces.cli.project import cwd, dir_session_id, explicit_session
 from supervisor.interfaces.cli.remote import CliError, add_daemon_options, call, one_line
@@ -46,6 +41,8 @@ Columns: KIND (added, modified, deleted, replaced, mode), PATH, SIZE and NOTES: 
 (the file changed on the host since the session started: apply refuses it without
 --force), ignored (.gitignore and the default ignores such as node_modules and .venv:
 apply leaves it out), binary, mode changes, symlink targets. Piped: tab-separated rows.
+On a terminal, names and targets with control, bidi or invisible characters are quoted as
+git quotes them ("a\\x1b[2Kb"); piped, they are printed exactly.
 
 examples:
   sandvisor workspace changes
@@ -58,7 +55,9 @@ DIFF_EPILOG = """\
 What apply would write, as one unified diff with a/ and b/ paths relative to the project
 (ignored changes and special files are left out; binary files as git binary patches;
 files over 1 MiB as a comment with their sizes and sha256 unless --full; old content the
-sandbox could not read as a comment).
+sandbox could not read as a comment). On a terminal, control characters (ESC, CR, ...),
+bidi overrides and invisible characters show as \\x1b, \\x0d, \\u202e; piped or
+redirected, the diff is byte-exact (git apply takes it).
 
 examples:
   sandvisor workspace diff
@@ -207,7 +206,8 @@ def _conflict_text(what: str, paths: list[str]) -> str:
     since = "the apply" if what == "undo" else "the session started"
     lines = [f"{what} refused, nothing was written: {len(paths)} path(s) changed on the host "]
     lines[0] += f"since {since}:"
-    lines += [f"  {p}" for p in paths[:SHOWN_PATHS]]
+    shown = quote_name if sys.stderr.isatty() else _plain_text
+    lines += [f"  {shown(p)}" for p in paths[:SHOWN_PATHS]]
     if len(paths) > SHOWN_PATHS:
         lines.append(f"  ... and {len(paths) - SHOWN_PATHS} more")
     if what == "undo":
@@ -236,10 +236,23 @@ def _size(n: int | None, plain: bool) -> str:
     return str(n)  # pragma: no cover - the loop always returns
 
 
-def _notes(change: dict[str, Any]) -> str:
+def _plain_text(text: str) -> str:
+    return text
+
+
+def _terminal_text(text: str) -> str:
+    return visible(text)
+
+
+def _notes(
+    change: dict[str, Any],
+    name: Callable[[str], str] = _plain_text,
+    text: Callable[[str], str] = _plain_text,
+) -> str:
+    """The NOTES cell; ``name`` shows a file name (a symlink's target), ``text`` the rest."""
     notes = []
     if change.get("conflict"):
-        notes.append(f"CONFLICT: {change.get('conflict_reason') or 'changed on the host'}")
+        notes.append(f"CONFLICT: {text(change.get('conflict_reason') or 'changed on the host')}")
     if change.get("ignored"):
         notes.append("ignored")
     if change.get("binary"):
@@ -248,11 +261,11 @@ def _notes(change: dict[str, Any]) -> str:
     if change.get("kind") in ("mode", "modified") and old is not None and new not in (None, old):
         notes.append(f"mode {old:o} -> {new:o}")
     if change.get("file_type") == "symlink" and change.get("target") is not None:
-        notes.append(f"-> {change['target']}")
+        notes.append(f"-> {name(change['target'])}")
     if change.get("kind") == "replaced" and change.get("old_type"):
         notes.append(f"was a {change['old_type']}")
     if change.get("note"):
-        notes.append(str(change["note"]))
+        notes.append(text(str(change["note"])))
     return "; ".join(notes)
 
 
@@ -266,11 +279,14 @@ async def _changes(client: SandvisorClient, args: argparse.Namespace, sid: str) 
         if not plain:
             sys.stdout.write(f"no changes in the workspace of session {sid}\n")
         return 0
+    # Piped: the names exactly (tab-separated rows for scripts). On a terminal: quoted as git
+    # quotes them, so a name cannot drive the terminal (OSC 52, erase line) or reorder text.
+    name, text = (_plain_text, _plain_text) if plain else (quote_name, _terminal_text)
     rows = []
     for c in found:
-        path = c["path"] + ("/" if c.get("file_type") == "dir" else "")
+        path = name(c["path"]) + ("/" if c.get("file_type") == "dir" else "")
         size = None if c.get("file_type") == "dir" or c.get("kind") == "deleted" else c["size"]
-        rows.append([c["kind"], path, _size(size, plain), one_line(_notes(c), None)])
+        rows.append([c["kind"], path, _size(size, plain), one_line(_notes(c, name, text), None)])
     print_table(["kind", "path", "size", "notes"], rows)
     if not plain:
         conflicts = sum(1 for c in found if c.get("conflict"))
@@ -288,6 +304,10 @@ def _session_flag(args: argparse.Namespace, sid: str) -> str:
 
 async def _diff(client: SandvisorClient, args: argparse.Namespace, sid: str) -> int:
     text = await client.workspace_diff(sid, full=args.full)
+    if sys.stdout.isatty():
+        # For a person: nothing in a file (its name, its content) may drive the terminal.
+        # Tab and newline stay; everything else unsafe shows as \x1b, \x0d, \u202e, ...
+        text = visible(text, keep="\t\n")
     out = sys.stdout.buffer
     out.write(text.encode("utf-8", "surrogateescape"))
     out.flush()
@@ -299,12 +319,17 @@ async def _diff(client: SandvisorClient, args: argparse.Namespace, sid: str) -> 
 # -- apply, discard, undo -----------------------------------------------------------------
 
 
+def _names(paths: list[str]) -> list[str]:
+    """Paths for the messages on stdout: quoted as git quotes them on a terminal."""
+    return [quote_name(p) for p in paths] if sys.stdout.isatty() else list(paths)
+
+
 async def _apply(client: SandvisorClient, args: argparse.Namespace, sid: str) -> int:
     # What apply writes is what this listing shows: a task stopped by --stop-tasks that
     # writes on its way out makes the apply refuse (nothing written), never slip in.
-    listed = await client.workspace_changes(sid)
+    review = client.reviewed(await client.workspace_changes(sid))
     result = await client.apply_changes(
-        sid, force=args.force, stop_tasks=args.stop_tasks, reviewed=client.reviewed(listed)
+        sid, force=args.force, stop_tasks=args.stop_tasks, reviewed=review
     )
     if args.json:
         print_json(result)
@@ -320,7 +345,8 @@ async def _apply(client: SandvisorClient, args: argparse.Namespace, sid: str) ->
         )
     forced = result.get("forced", [])
     if forced:
-        sys.stdout.write(f"overwrote {len(forced)} host edit(s): {', '.join(forced[:10])}\n")
+        listed = ", ".join(_names(forced[:10]))
+        sys.stdout.write(f"overwrote {len(forced)} host edit(s): {listed}\n")
     skipped = result.get("skipped", [])
     if skipped:
         reasons: dict[str, int] = {}
@@ -354,6 +380,7 @@ async def _undo(client: SandvisorClient, args: argparse.Namespace, sid: str) -> 
     )
     if kept:
         sys.stdout.write(
-            f"left {len(kept)} path(s) edited on the host since as they are: {', '.join(kept)}\n"
+            f"left {len(kept)} path(s) edited on the host since as they are: "
+            f"{', '.join(_names(kept))}\n"
         )
     return 0

@@ -7,7 +7,7 @@ import functools
 import json
 from typing import Any
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
@@ -16,7 +16,7 @@ from supervisor.core.ids import check_session_id
 from supervisor.core.problems import InvalidRequest
 from supervisor.core.workspace import WorkspaceSpec
 from supervisor.interfaces.daemon import errors
-from supervisor.interfaces.daemon.auth import Auth, Principal
+from supervisor.interfaces.daemon.auth import Auth, Principal, bearer_token
 from supervisor.interfaces.daemon.bodies import CreateSession
 from supervisor.interfaces.daemon.deps import (
     Admin,
@@ -42,6 +42,7 @@ from supervisor.interfaces.daemon.replies import (
     EndedSession,
     ErrorBody,
     Health,
+    Liveness,
     SessionInfo,
     error_responses,
 )
@@ -55,7 +56,8 @@ API_DESCRIPTION = f"""\
 sandbox-supervisor: every background command an agent launches, in its own hardened container.
 
 Every route except `/healthz` needs `Authorization: Bearer <token>`, this document included;
-without one, every path answers 401 (never 404 or 405). Errors are
+without one, every path answers 401 (never 404 or 405). `/healthz` without the admin token
+answers only `{{"ok": true}}` (liveness); with it, the engine and the load. Errors are
 `{{"error": {{"code", "message", ...}}}}`.
 
 Request bodies: at most {DEFAULT_BODY_LIMIT} bytes, except a task start
@@ -96,7 +98,7 @@ def create_app(
     )
     app.add_middleware(RequestGuard, auth=auth, config=config, routes=lambda: app.router.routes)
     errors.install(app)
-    _health_routes(app, sup)
+    _health_routes(app, sup, auth)
     _session_routes(app, sup, auth)
     add_task_routes(app, sup)
     add_event_routes(app, sup)
@@ -142,21 +144,27 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return schema
 
 
-def _health_routes(app: FastAPI, sup: Supervisor) -> None:
+def _health_routes(app: FastAPI, sup: Supervisor, auth: Auth) -> None:
     @app.get(
         "/healthz",
         tags=["health"],
-        response_model=Health,
+        response_model=Health | Liveness,
         responses={
             503: {
-                "description": "The engine does not answer (a Health body), or the listener "
-                "is full (too_many_connections, an error body)",
+                "description": "The admin token: the engine does not answer (a Health body); "
+                "anyone: the listener is full (too_many_connections, an error body)",
                 "model": Health | ErrorBody,
             },
         },
     )
-    async def healthz() -> JSONResponse:
-        """Engine state and load; 200 when the engine answers, 503 otherwise. No token."""
+    async def healthz(request: Request) -> JSONResponse:
+        """Liveness for anyone: ``{"ok": true}``, 200, whenever the daemon answers (it
+        neither asks the engine nor says anything about it, the sessions or the tasks).
+        With the admin token (``Authorization: Bearer``): engine state (versions) and load,
+        200 when the engine answers, 503 otherwise."""
+        who = auth.check(bearer_token(request.headers.get("authorization")))
+        if who is None or not who.admin:
+            return JSONResponse({"ok": True})
         ok = True
         ready = {policy: count for policy, count in sup.pools.ready().items() if count}
         try:

@@ -15,8 +15,12 @@ from pathlib import Path
 ADMIN_PREFIX = "sandvisor_admin_"
 SESSION_PREFIX = "sandvisor_session_"
 LOGIN_PREFIX = "sandvisor_login_"
-#: Live login codes and dashboard cookies, each at most (minting more drops the oldest).
-MAX_UI_GRANTS = 1000
+CSRF_PREFIX = "sandvisor_csrf_"
+#: Live login codes, and dashboard cookies, each principal may hold at most: the admin, and
+#: each session (all of its tokens together). Minting more drops that principal's own
+#: oldest, never another's: a session's token cannot log the admin (or another session) out.
+MAX_UI_GRANTS_ADMIN = 1000
+MAX_UI_GRANTS_SESSION = 64
 
 
 def _digest(token: str) -> str:
@@ -80,6 +84,66 @@ class _Grant:
 
     principal: Principal
     expires_at: float
+    csrf: str = ""
+    """A cookie's: the digest of the CSRF token that must come with its state changes."""
+
+
+@dataclass(frozen=True)
+class UiLogin:
+    """What redeeming a login code gives the browser: the cookie's value, and the CSRF
+    token the dashboard's script sends (``X-Sandvisor-CSRF``) with every request that
+    changes state. The token never travels in a cookie: browsers send cookies to every
+    port of a host, so a cookie alone must not be enough to change anything."""
+
+    cookie: str
+    csrf: str
+
+
+def _budget(who: Principal) -> int:
+    return MAX_UI_GRANTS_ADMIN if who.admin else MAX_UI_GRANTS_SESSION
+
+
+class _Grants:
+    """Login codes (or cookies) by digest, with one budget per principal."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._all: dict[str, _Grant] = {}
+        # principal -> its digests, oldest first (dicts keep insertion order).
+        self._by: dict[Principal, dict[str, None]] = {}
+
+    def add(self, digest: str, grant: _Grant) -> None:
+        now = self._clock()
+        for old in list(self._by.get(grant.principal, ())):
+            if self._all[old].expires_at <= now:
+                self.remove(old)
+        mine = self._by.setdefault(grant.principal, {})
+        while len(mine) >= _budget(grant.principal):
+            self.remove(next(iter(mine)))
+        self._all[digest] = grant
+        mine[digest] = None
+
+    def get(self, digest: str) -> _Grant | None:
+        grant = self._all.get(digest)
+        if grant is not None and grant.expires_at <= self._clock():
+            self.remove(digest)
+            return None
+        return grant
+
+    def remove(self, digest: str) -> None:
+        grant = self._all.pop(digest, None)
+        if grant is None:
+            return
+        mine = self._by.get(grant.principal)
+        if mine is not None:
+            mine.pop(digest, None)
+            if not mine:
+                del self._by[grant.principal]
+
+    def remove_session(self, session_id: str) -> None:
+        for who in [w for w in self._by if w.session_id == session_id]:
+            for digest in list(self._by.get(who, ())):
+                self.remove(digest)
 
 
 class Auth:
@@ -88,9 +152,8 @@ class Auth:
 
     def __init__(self, token_file: Path, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        # digest -> grant, oldest first (dicts keep insertion order: the cap drops the head).
-        self._logins: dict[str, _Grant] = {}
-        self._cookies: dict[str, _Grant] = {}
+        self._logins = _Grants(clock)
+        self._cookies = _Grants(clock)
         self.token_file = token_file
         if token_file.exists():
             token = token_file.read_text().strip()
@@ -121,10 +184,8 @@ class Auth:
         for digest, sid in list(self._sessions.items()):
             if sid == session_id:
                 del self._sessions[digest]
-        for grants in (self._logins, self._cookies):
-            for digest, grant in list(grants.items()):
-                if grant.principal.session_id == session_id:
-                    del grants[digest]
+        self._logins.remove_session(session_id)
+        self._cookies.remove_session(session_id)
 
     def check(self, token: str | None) -> Principal | None:
         """The principal for a bearer token, or None. Compared as digests in constant time."""
@@ -143,47 +204,50 @@ class Auth:
 
     # -- the dashboard ---------------------------------------------------------------------
 
-    def _grant(self, grants: dict[str, _Grant], prefix: str, who: Principal, ttl_s: float) -> str:
+    def _grant(self, grants: _Grants, prefix: str, who: Principal, ttl_s: float) -> str:
         secret = prefix + secrets.token_urlsafe(32)
-        now = self._clock()
-        for digest, grant in list(grants.items()):
-            if grant.expires_at <= now:
-                del grants[digest]
-        while len(grants) >= MAX_UI_GRANTS:
-            del grants[next(iter(grants))]
-        grants[_digest(secret)] = _Grant(who, now + ttl_s)
+        grants.add(_digest(secret), _Grant(who, self._clock() + ttl_s))
         return secret
 
-    def _lookup(self, grants: dict[str, _Grant], secret: str | None) -> tuple[str, _Grant] | None:
+    def _lookup(self, grants: _Grants, secret: str | None) -> tuple[str, _Grant] | None:
         if not secret:
             return None
         digest = _digest(secret)
         grant = grants.get(digest)
-        if grant is None or grant.expires_at <= self._clock():
-            return None
-        return digest, grant
+        return None if grant is None else (digest, grant)
 
     def new_login(self, who: Principal, ttl_s: float) -> str:
         """A one-time login code for ``who``, valid for ``ttl_s`` seconds."""
         return self._grant(self._logins, LOGIN_PREFIX, who, ttl_s)
 
-    def redeem_login(self, code: str | None, cookie_ttl_s: float) -> str | None:
-        """Exchange a login code (once) for a new dashboard cookie value; None when the code
-        is unknown, used or expired."""
+    def redeem_login(self, code: str | None, cookie_ttl_s: float) -> UiLogin | None:
+        """Exchange a login code (once) for a new dashboard cookie and its CSRF token; None
+        when the code is unknown, used or expired."""
         found = self._lookup(self._logins, code)
         if found is None:
             return None
         digest, grant = found
-        del self._logins[digest]  # one use only, whatever happens next
-        return self._grant(self._cookies, "", grant.principal, cookie_ttl_s)
+        self._logins.remove(digest)  # one use only, whatever happens next
+        cookie = secrets.token_urlsafe(32)
+        csrf = CSRF_PREFIX + secrets.token_urlsafe(32)
+        expires_at = self._clock() + cookie_ttl_s
+        self._cookies.add(_digest(cookie), _Grant(grant.principal, expires_at, _digest(csrf)))
+        return UiLogin(cookie, csrf)
 
     def check_cookie(self, value: str | None) -> Principal | None:
         """The principal a dashboard cookie stands for, or None."""
         found = self._lookup(self._cookies, value)
         return None if found is None else found[1].principal
 
+    def check_csrf(self, cookie: str | None, token: str | None) -> bool:
+        """Whether ``token`` is the CSRF token of the live dashboard cookie ``cookie``."""
+        found = self._lookup(self._cookies, cookie)
+        if found is None or not token or not found[1].csrf:
+            return False
+        return hmac.compare_digest(_digest(token), found[1].csrf)
+
     def end_cookie(self, value: str | None) -> None:
         """Log a dashboard cookie out."""
         found = self._lookup(self._cookies, value)
         if found is not None:
-            del self._cookies[found[0]]
+            self._cookies.remove(found[0])

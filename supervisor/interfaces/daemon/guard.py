@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from supervisor.core.errors import (
+    ForbiddenCsrf,
     ForbiddenHost,
     ForbiddenOrigin,
     MethodNotAllowed,
@@ -37,8 +38,13 @@ from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S, body_limit
 SCOPE_PRINCIPAL = "sandvisor.principal"
 #: Routes anyone who can connect may call.
 PUBLIC_PATHS = frozenset({"/healthz"})
-#: Methods that change nothing: a cookie alone may make them (others also need an Origin).
+#: Methods that change nothing (the others, on the cookie, also need an Origin).
 SAFE_METHODS = frozenset({"GET", "HEAD"})
+#: The header the dashboard's script sends its login's CSRF token in.
+CSRF_HEADER = "x-sandvisor-csrf"
+#: ... or, where a browser cannot send a header (EventSource, a download link), this query
+#: parameter of a GET; the guard takes it out before the routes see the query.
+CSRF_QUERY = b"sandvisor_csrf"
 #: An answer for a refused request in another form than JSON (the dashboard's HTML), or None.
 ErrorPage = Callable[[Scope, SupervisorError], ASGIApp | None]
 
@@ -54,7 +60,8 @@ class AppConfig:
     body_timeout_s: float = BODY_TIMEOUT_S
     """A request's body must arrive within this many seconds."""
     ui_cookie: str | None = None
-    """The dashboard's cookie name (TCP with ``--ui``): it authenticates like a token."""
+    """The dashboard's cookie name (TCP with ``--ui``): with its login's CSRF token, it
+    authenticates like a token; alone, it opens the dashboard's pages only."""
     public_paths: frozenset[str] = PUBLIC_PATHS
     """Routes that need no token (the dashboard adds its login)."""
     error_page: ErrorPage | None = None
@@ -117,13 +124,36 @@ class RequestGuard:
         return self._route(scope)
 
     def _cookie(self, scope: Scope, headers: Headers, name: str) -> Principal | None:
-        """The dashboard's cookie, as a principal. SameSite=Strict already keeps other sites'
-        requests from carrying it; a request that changes something must also say where it
-        comes from (a browser's fetch always sends Origin with a POST), so a cookie never
-        authorises a state change from a context that hides its origin."""
-        who = self.auth.check_cookie(cookie_value(headers.get("cookie"), name))
-        if who is not None and scope["method"] not in SAFE_METHODS and not headers.get("origin"):
+        """The dashboard's cookie, as a principal.
+
+        Browsers send a host's cookies to every port of that host, so any other local
+        server the browser visits (``127.0.0.1:<another port>``) receives the cookie, and
+        can replay it from a plain client with any Origin it likes. So the cookie alone
+        opens only the dashboard's pages and static files (GET, no data in them: their
+        script fetches it). Everything else, reads included, also needs the login's CSRF
+        token: in ``X-Sandvisor-CSRF``, or for a GET in the ``sandvisor_csrf`` query
+        parameter (EventSource and download links cannot send headers). Only the
+        dashboard's own origin holds the token (its ``localStorage`` is per origin, port
+        included); it never travels in a cookie. A request that changes something must
+        also say where it comes from (a browser's fetch always sends Origin with a POST)."""
+        cookie = cookie_value(headers.get("cookie"), name)
+        who = self.auth.check_cookie(cookie)
+        if who is None:
+            return None
+        safe = scope["method"] in SAFE_METHODS
+        token = headers.get(CSRF_HEADER)
+        if safe:
+            queried = _take_query_token(scope)  # always taken out of the routes' query
+            token = token or queried
+            if _is_page(scope["path"]):
+                return who
+        elif not headers.get("origin"):
             raise ForbiddenOrigin("a dashboard request that changes state must send its Origin")
+        if not self.auth.check_csrf(cookie, token):
+            raise ForbiddenCsrf(
+                "a dashboard request must send this login's CSRF token in X-Sandvisor-CSRF "
+                "(the dashboard's pages do; open a new login link if a page lost it)"
+            )
         return who
 
     def _route(self, scope: Scope) -> str:
@@ -174,6 +204,29 @@ class RequestGuard:
                 f"({size} bytes came)"
             ) from exc
         return b"".join(chunks)
+
+
+def _is_page(path: str) -> bool:
+    """The dashboard's pages and static files (the login page is public)."""
+    return path == "/ui" or path.startswith("/ui/")
+
+
+def _take_query_token(scope: Scope) -> str | None:
+    """The ``sandvisor_csrf`` query parameter, removed from the scope's query string (the
+    routes refuse parameters they do not declare)."""
+    query: bytes = scope.get("query_string", b"")
+    if CSRF_QUERY not in query:
+        return None
+    kept: list[bytes] = []
+    token: str | None = None
+    for part in query.split(b"&"):
+        key, _, value = part.partition(b"=")
+        if key == CSRF_QUERY:
+            token = token or value.decode("ascii", "replace")
+        else:
+            kept.append(part)
+    scope["query_string"] = b"&".join(kept)
+    return token
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -78,8 +78,14 @@ class PoolHealth(_Reply):
     """Ready containers per policy (the shared pool and sessions' own pools summed)."""
 
 
+class Liveness(_Reply):
+    """What ``/healthz`` tells a caller without the admin token: the daemon answers."""
+
+    ok: Literal[True]
+
+
 class Health(_Reply):
-    """Engine state and load."""
+    """Engine state and load (the admin token only)."""
 
     status: Literal["ok", "degraded"]
     engine: EngineHealth
@@ -317,8 +323,9 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     400: "Refused by the policy (policy_error, invalid_spec, workspace_outside_roots, "
     "workspace_unsafe_path)",
     401: "Missing or invalid bearer token or dashboard cookie (unauthorized)",
-    403: "TCP listener: Host or Origin not allowed, or a dashboard request that changes "
-    "state without an Origin (forbidden_host, forbidden_origin)",
+    403: "TCP listener: Host or Origin not allowed, a dashboard request on the cookie "
+    "without its login's CSRF token, or one that changes state without an Origin "
+    "(forbidden_host, forbidden_csrf, forbidden_origin)",
     404: "No such session, task or resource (session_not_found, task_not_found, not_found, "
     "no_workspace, workspace_no_backup)",
     405: "The route exists with other methods (method_not_allowed; see the Allow header)",

@@ -2,9 +2,9 @@
 one-time login link exchanged for a cookie, and logging out.
 
 The pages are static files; their script reads the ids from the address and talks to the
-same API as every other client, authenticated by the cookie (the request guard takes it in
-place of a bearer token). A page of a session or task the login may not see answers 404, as
-the API does."""
+same API as every other client, authenticated by the cookie and the login's CSRF token (the
+request guard takes them in place of a bearer token; the cookie alone opens the pages). A
+page of a session or task the login may not see answers 404, as the API does."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ from supervisor.interfaces.daemon.ui_assets import (
 from supervisor.runtime.supervisor import Supervisor
 
 LOGIN_PATH = "/ui/login"
+#: The login page's redirect carries the CSRF token as ``/ui/#csrf=<token>``.
+CSRF_FRAGMENT = "csrf"
 _TAGS: list[str | Enum] = ["dashboard"]
 
 
@@ -89,18 +91,29 @@ def _page_routes(api: FastAPI, sup: Supervisor, auth: Auth, ui: UiConfig) -> Non
 
     @api.get(LOGIN_PATH, include_in_schema=False)
     async def login(token: Annotated[str | None, Query(max_length=200)] = None) -> Response:
-        cookie = auth.redeem_login(token, ui.cookie_ttl_s)
-        if cookie is None:
+        granted = auth.redeem_login(token, ui.cookie_ttl_s)
+        if granted is None:
             return message_page("Login link not valid", LINK_USED, status=401)
         # A page that moves on by itself rather than a redirect: a navigation this page
         # starts is same-site, so the SameSite=Strict cookie goes with it even when the
         # link was opened from another site (a redirect would keep that site as initiator).
+        # The CSRF token rides in the fragment, which no browser sends to any server: the
+        # dashboard's script moves it into this origin's localStorage and drops it from
+        # the address (common.js).
         response = message_page(
-            "Logged in", "Opening the dashboard.", status=200, refresh_to="/ui/"
+            "Logged in",
+            "Opening the dashboard.",
+            status=200,
+            refresh_to=f"/ui/#{CSRF_FRAGMENT}={granted.csrf}",
         )
+        # Not a ``__Host-`` cookie: that prefix needs ``Secure``, which plain-http loopback
+        # cannot always have (browsers differ on Secure cookies over http://127.0.0.1), and
+        # it would not help here anyway: a ``__Host-`` cookie, too, goes to every port of
+        # the host. The port in the name keeps two daemons' cookies apart; the CSRF token
+        # is what keeps another port's page from using ours.
         response.set_cookie(
             ui.cookie,
-            cookie,
+            granted.cookie,
             max_age=int(ui.cookie_ttl_s),
             path="/",
             httponly=True,

@@ -24,7 +24,8 @@ from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from supervisor.core.errors import PolicyError, SupervisorError, WorkspaceOutsideRoots
+from supervisor.core.errors import PolicyError, SupervisorError
+from supervisor.core.workspace_errors import WorkspaceOutsideRoots
 from supervisor.interfaces.client import SandvisorClient
 from supervisor.interfaces.launch import ensure_daemon
 from supervisor.interfaces.mcp import texts, workspace_texts

@@ -3,6 +3,11 @@ that every interface, the HTTP client included, knows them by their codes."""
 
 from __future__ import annotations
 
-from supervisor.core.errors import NoBackup, UnsafeWorkspacePath, WorkspaceConflict, WorkspaceError
+from supervisor.core.workspace_errors import (
+    NoBackup,
+    UnsafeWorkspacePath,
+    WorkspaceConflict,
+    WorkspaceError,
+)
 
 __all__ = ["NoBackup", "UnsafeWorkspacePath", "WorkspaceConflict", "WorkspaceError"]

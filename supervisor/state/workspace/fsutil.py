@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from supervisor.core.errors import WorkspaceMoved
+from supervisor.core.workspace_errors import WorkspaceMoved
 from supervisor.state.workspace.errors import UnsafeWorkspacePath, WorkspaceError
 from supervisor.state.workspace.models import Change, FileType
 

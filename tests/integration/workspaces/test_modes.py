@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.core.errors import PolicyError, UnsafeWorkspacePath
+from supervisor.core.errors import PolicyError
+from supervisor.core.workspace_errors import UnsafeWorkspacePath
 from tests.integration.workspaces.support import (
     OWNER,
     POLICY,

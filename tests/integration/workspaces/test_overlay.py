@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.core.errors import WorkspaceBusy, WorkspaceConflict
+from supervisor.core.workspace_errors import WorkspaceBusy, WorkspaceConflict
 from tests.integration.workspaces.support import (
     OWNER,
     POLICY,

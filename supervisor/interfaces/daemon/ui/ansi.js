@@ -1,15 +1,21 @@
 // Terminal output to DOM nodes: SGR colours and styles become spans, every other escape
-// sequence is dropped, and control characters that could hide or reorder text (C0, DEL,
-// C1, bidirectional overrides) are shown as visible \xNN / \uNNNN marks. Text only ever
-// becomes text nodes.
+// sequence is dropped, and characters that could hide or reorder text (C0, DEL, C1,
+// bidirectional overrides, invisible format characters) are shown as visible \xNN /
+// \uNNNN marks. Text only ever becomes text nodes.
 
 // CSI (parameters, intermediates, final), OSC (to BEL or ST), other two-byte escapes, a lone ESC.
 const ESCAPE = /\x1b(?:\[([0-?]*)[ -/]*([@-~])|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_]|$)/g;
-// What is left after escapes are taken out that must not reach the page as is.
-const UNSAFE = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff\ufff9-\ufffb]/g;
+// What is left after escapes are taken out that must not reach the page as is: the set of
+// supervisor/core/visible.py (the notifications use it; a unit test keeps the two equal)
+// but tab and newline. C0, DEL, C1, bidi marks, embeddings, overrides and isolates, and
+// every other invisible format character (Cf) except the joiners U+200C, U+200D.
+const UNSAFE = /[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b\u200e\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb\ufffe\uffff\u{110bd}\u{110cd}\u{13430}-\u{1343f}\u{1bca0}-\u{1bca3}\u{1d173}-\u{1d17a}\u{e0001}\u{e0020}-\u{e007f}]/gu;
 
+/** How core/visible.py spells a character: \xNN, \uNNNN or \UNNNNNNNN. */
 function hex(code) {
-  return code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
+  if (code < 0x100) return `\\x${code.toString(16).padStart(2, "0")}`;
+  if (code < 0x10000) return `\\u${code.toString(16).padStart(4, "0")}`;
+  return `\\U${code.toString(16).padStart(8, "0")}`;
 }
 
 const CUBE = [0, 95, 135, 175, 215, 255];
@@ -116,9 +122,15 @@ export class AnsiState {
   }
 }
 
+/** Text a task chose (a command, a description, a path) with every unsafe character as a
+ * visible mark; escape sequences stay visible too (ESC shows as \x1b). */
+export function visibleText(text) {
+  return text.replace(UNSAFE, (ch) => hex(ch.codePointAt(0)));
+}
+
 /** Plain text with unsafe characters as visible marks (for text shown outside a transcript). */
 export function safeText(text) {
-  return text.replace(ESCAPE, "").replace(UNSAFE, (ch) => hex(ch.charCodeAt(0)));
+  return text.replace(ESCAPE, "").replace(UNSAFE, (ch) => hex(ch.codePointAt(0)));
 }
 
 /**
@@ -146,9 +158,9 @@ function appendText(parent, text, state) {
     if (m.index > last) parent.append(state.span(text.slice(last, m.index)));
     const mark = document.createElement("span");
     mark.className = "ctl";
-    mark.textContent = hex(m[0].charCodeAt(0));
+    mark.textContent = hex(m[0].codePointAt(0));
     parent.append(mark);
-    last = m.index + 1;
+    last = m.index + m[0].length;
   }
   if (last < text.length) parent.append(state.span(text.slice(last)));
 }

@@ -22,6 +22,56 @@ export function notice(text, kind = "error") {
   box.hidden = !text;
 }
 
+/**
+ * The login's CSRF token, sent with every API request. The cookie alone opens only the
+ * pages: browsers send it to every port of this host, so another local server could replay
+ * it. The login page hands the token over in the address's fragment (never sent to a
+ * server); it is kept in localStorage, which is this origin's alone (port included), and
+ * dropped from the address at once. EventSource and download links cannot send a header:
+ * they carry it as the ``sandvisor_csrf`` query parameter (withToken).
+ */
+const CSRF_KEY = "sandvisor.csrf";
+const CSRF_HEADER = "X-Sandvisor-CSRF";
+/** The token when localStorage is unavailable (this page only). */
+let csrfInMemory = null;
+
+function takeCsrfFromAddress() {
+  const found = /^#csrf=([A-Za-z0-9_-]{1,200})$/.exec(location.hash);
+  if (!found) return;
+  csrfInMemory = found[1];
+  try {
+    localStorage.setItem(CSRF_KEY, found[1]);
+  } catch {
+    // storage disabled: this page keeps it in memory
+  }
+  history.replaceState(history.state, "", location.pathname + location.search);
+}
+takeCsrfFromAddress();
+
+function csrfToken() {
+  try {
+    return localStorage.getItem(CSRF_KEY) || csrfInMemory;
+  } catch {
+    return csrfInMemory;
+  }
+}
+
+/** ``url`` with the login's CSRF token as a query parameter (for EventSource and links). */
+export function withToken(url) {
+  const token = csrfToken();
+  if (!token) return url;
+  return `${url}${url.includes("?") ? "&" : "?"}sandvisor_csrf=${encodeURIComponent(token)}`;
+}
+
+function forgetCsrf() {
+  csrfInMemory = null;
+  try {
+    localStorage.removeItem(CSRF_KEY);
+  } catch {
+    // nothing stored
+  }
+}
+
 /** Set once this page logged out: its refreshes stop saying "no longer logged in". */
 let loggedOut = false;
 /** The page's live streams, closed when it logs out. */
@@ -29,7 +79,10 @@ const streams = new Set();
 
 /** JSON from the API; throws ApiError with the API's error code. */
 export async function api(path, options = {}) {
-  const response = await fetch(path, { credentials: "same-origin", ...options });
+  const headers = { ...(options.headers || {}) };
+  const token = csrfToken();
+  if (token) headers[CSRF_HEADER] = token;
+  const response = await fetch(path, { credentials: "same-origin", ...options, headers });
   if (response.status === 401 && !loggedOut) {
     notice("This browser is no longer logged in: open a new login link (`sandvisor ui` prints one).");
   }
@@ -42,6 +95,9 @@ export async function api(path, options = {}) {
       message = body.error.message;
     } catch {
       // not JSON: keep the status
+    }
+    if (code === "forbidden_csrf" && !loggedOut) {
+      notice("This page lost its login's CSRF token: open a new login link (`sandvisor ui` prints one).");
     }
     throw new ApiError(response.status, code, message);
   }
@@ -191,7 +247,7 @@ export class LiveStream {
   }
 
   connect() {
-    const source = new EventSource(this.url());
+    const source = new EventSource(withToken(this.url()));
     this.source = source;
     source.onopen = () => {
       setState("live");
@@ -306,6 +362,7 @@ export function header(crumbs) {
     try {
       await post("/ui/logout");
     } finally {
+      forgetCsrf();
       notice("Logged out. Open a new login link (`sandvisor ui` prints one) to come back.", "info");
       setState("offline");
     }

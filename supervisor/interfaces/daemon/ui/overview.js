@@ -4,6 +4,7 @@
 // while the tab is visible.
 
 import { LIFECYCLE, LiveStream, api, el, header, isFinal, notice, sessionPage, throttle } from "./common.js";
+import { visibleText } from "./ansi.js";
 import { TaskTable } from "./tasks-table.js";
 
 header([["Dashboard", null]]);
@@ -34,7 +35,8 @@ function counts(sid) {
 
 function workspaceCell(s) {
   if (!s.workspace) return el("td", { class: "muted" }, "-");
-  return el("td", { class: "mono", title: s.workspace.path }, `${s.workspace.path} (${s.workspace.mode})`);
+  const path = visibleText(s.workspace.path);
+  return el("td", { class: "mono", title: path }, `${path} (${s.workspace.mode})`);
 }
 
 function renderSessions() {

@@ -2,6 +2,7 @@
 // kept current by the session's event stream (resumed from the last event seen).
 
 import { LIFECYCLE, EVENT_TYPES, LiveStream, SESSION_ID, api, el, header, isFinal, notice, throttle } from "./common.js";
+import { visibleText } from "./ansi.js";
 import { TaskTable } from "./tasks-table.js";
 import { Timeline } from "./timeline.js";
 
@@ -58,7 +59,7 @@ const refreshChanges = throttle(async () => {
   } else {
     pending = ws.mode === "rw" ? "writes go straight to the project" : "read-only";
   }
-  box.replaceChildren(el("span", { class: "mono" }, ws.path), ` · ${ws.mode} · `, el("span", { dataset: { col: "changes" } }, pending));
+  box.replaceChildren(el("span", { class: "mono" }, visibleText(ws.path)), ` · ${ws.mode} · `, el("span", { dataset: { col: "changes" } }, pending));
 }, 2000);
 
 async function refreshTasks() {

@@ -26,8 +26,9 @@ import {
   taskPath,
   throttle,
   visible,
+  withToken,
 } from "./common.js";
-import { safeText } from "./ansi.js";
+import { safeText, visibleText } from "./ansi.js";
 import { Timeline } from "./timeline.js";
 import { Transcript } from "./transcript.js";
 
@@ -61,7 +62,7 @@ function field(name, value, attrs = {}) {
 
 function render() {
   document.title = `${tid} · sandvisor`;
-  document.getElementById("title").textContent = task.description || task.command;
+  document.getElementById("title").textContent = visibleText(task.description || task.command);
   const status = document.getElementById("status");
   status.className = `status ${statusClass(task)}`;
   status.replaceChildren(el("span", { class: "status-text" }, describeEnd(task)), ...badges(task));
@@ -177,7 +178,7 @@ form.addEventListener("submit", async (e) => {
   await refresh();
 });
 
-document.getElementById("download").href = taskPath(sid, tid, "/output/file");
+document.getElementById("download").href = withToken(taskPath(sid, tid, "/output/file"));
 
 async function main() {
   try {
@@ -186,7 +187,7 @@ async function main() {
     notice(`Could not read the task: ${err.message}`);
     return;
   }
-  document.getElementById("command").textContent = task.command;
+  document.getElementById("command").textContent = visibleText(task.command);
   render();
   const session = await api(`/sessions/${encodeURIComponent(sid)}`);
   let cursor = session.last_seq;

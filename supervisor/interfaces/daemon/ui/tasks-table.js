@@ -16,6 +16,7 @@ import {
   taskPage,
   taskPath,
 } from "./common.js";
+import { visibleText } from "./ansi.js";
 
 const COLUMNS = [
   { key: "task_id", label: "ID", value: (t) => t.task_id },
@@ -215,13 +216,13 @@ export class TaskTable {
           td.append(el("a", { href: sessionPage(t.session_id) }, t.session_id));
           break;
         case "description":
-          td.textContent = t.description || "";
-          td.title = t.description || "";
+          td.textContent = visibleText(t.description || "");
+          td.title = visibleText(t.description || "");
           break;
         case "command":
           td.className = "mono cmd";
-          td.textContent = t.command;
-          td.title = t.command;
+          td.textContent = visibleText(t.command);
+          td.title = visibleText(t.command);
           break;
         case "policy":
           td.textContent = t.policy;
