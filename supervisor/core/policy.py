@@ -9,7 +9,15 @@ import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from supervisor.core.errors import PolicyError
 from supervisor.core.models import MAX_TIMEOUT_MS
@@ -202,6 +210,10 @@ class Policy(_Model):
     """Image every task of the policy runs in. Built offline by ``sandvisor images build``."""
     image_id: Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")] | None = None
     """Pin: refuse to run unless ``image`` resolves to exactly this image id."""
+    pull: StrictBool = False
+    """Whether the engine may pull ``image`` from its registry when it is missing. Off:
+    a task whose image is missing fails at once and no request reaches a registry (a
+    name like ``sandvisor/dev`` could otherwise resolve to someone else's namespace)."""
     runtime: Literal["runc", "runsc"] = "runc"
     """OCI runtime; runsc is gVisor. A missing runtime fails the task (never falls back)."""
     network: Literal["none", "session", "bridge"] = "none"

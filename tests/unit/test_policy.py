@@ -107,6 +107,8 @@ BAD_VALUES: list[tuple[str, str, str, str, object, str]] = [
         "sha256:abc",
         "sha256:[0-9a-f]{64}",
     ),
+    ("Policy", "pull", 'pull = "yes"', "pull", "yes", "valid boolean"),
+    ("Policy", "pull", "pull = 1", "pull", 1, "valid boolean"),
     ("Policy", "runtime", 'runtime = "kata"', "runtime", "kata", "'runc' or 'runsc'"),
     ("Policy", "network", 'network = "host"', "network", "host", "'none', 'session' or 'bridge'"),
     (
