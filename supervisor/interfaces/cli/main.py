@@ -41,6 +41,16 @@ examples:
 """
 
 
+def _version() -> str:
+    """The installed distribution's version (a checkout without an install: unknown)."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("sandbox-supervisor")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sandvisor",
@@ -50,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--log-level", default=None, help="debug, info, warning, error")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"sandvisor {_version()}",
+        help="print the version of the installed sandbox-supervisor and exit",
+    )
     subs = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _MODULES:
         try:
