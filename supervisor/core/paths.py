@@ -6,6 +6,20 @@ import os
 from pathlib import Path
 
 
+def shipped_data_dir(name: str) -> Path | None:
+    """A folder shipped with sandvisor (``policies``, ``sandbox_images``): the installed
+    wheel's copy in ``supervisor/_data/<name>``, else the one at the top of this checkout
+    (an editable install, or running from the source tree), else None."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "_data" / name
+    if installed.is_dir():
+        return installed
+    checkout = package.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / name).is_dir():
+        return checkout / name
+    return None
+
+
 def default_state_dir() -> Path:
     """``$SANDVISOR_STATE_DIR``, else ``$XDG_STATE_HOME/sandvisor``.
 

@@ -9,10 +9,19 @@ import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from supervisor.core.errors import PolicyError
 from supervisor.core.models import MAX_TIMEOUT_MS
+from supervisor.core.paths import shipped_data_dir
 from supervisor.core.placement import parse_constraint
 
 #: EngineCapabilities a policy may add back after ``cap_drop=ALL``. Everything that reaches
@@ -202,6 +211,10 @@ class Policy(_Model):
     """Image every task of the policy runs in. Built offline by ``sandvisor images build``."""
     image_id: Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")] | None = None
     """Pin: refuse to run unless ``image`` resolves to exactly this image id."""
+    pull: StrictBool = False
+    """Whether the engine may pull ``image`` from its registry when it is missing. Off:
+    a task whose image is missing fails at once and no request reaches a registry (a
+    name like ``sandvisor/dev`` could otherwise resolve to someone else's namespace)."""
     runtime: Literal["runc", "runsc"] = "runc"
     """OCI runtime; runsc is gVisor. A missing runtime fails the task (never falls back)."""
     network: Literal["none", "session", "bridge"] = "none"
@@ -313,12 +326,15 @@ def _container_path(value: str, what: str) -> str:
 
 
 def default_policies_dir() -> Path | None:
-    """``$SANDVISOR_POLICIES_DIR``, else the ``policies/`` folder of this checkout, else None."""
+    """``$SANDVISOR_POLICIES_DIR``, else None: the shipped policies alone."""
     env = os.environ.get("SANDVISOR_POLICIES_DIR")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve().parents[2] / "policies"
-    return here if here.is_dir() else None
+    return Path(env) if env else None
+
+
+def shipped_policies_dir() -> Path | None:
+    """The policies shipped with sandvisor: the installed wheel's copy, else the checkout's
+    ``policies/`` (None when neither is there: only the built-in ``default``)."""
+    return shipped_data_dir("policies")
 
 
 def _format_validation(path: Path, exc: ValidationError, raw: dict[str, Any]) -> str:
@@ -384,25 +400,48 @@ def load_policy_file(path: Path) -> Policy:
         raise PolicyError(_format_validation(path, exc, raw)) from exc
 
 
-class PolicySet:
-    """The policies a supervisor knows, by name. Loaded once; ``reload()`` re-reads the files."""
+def _read_folder(folder: Path, into: dict[str, Policy]) -> None:
+    for path in sorted(folder.glob("*.toml")):
+        policy = load_policy_file(path)
+        into[policy.name] = policy
 
-    def __init__(self, directory: Path | None) -> None:
+
+class PolicySet:
+    """The policies a supervisor knows, by name. Loaded once; ``reload()`` re-reads the files.
+
+    ``shipped`` (the policies that come with sandvisor) is read first; a file of the same
+    name in ``directory`` overrides a shipped one, other files add policies."""
+
+    def __init__(self, directory: Path | None, *, shipped: Path | None = None) -> None:
         self.directory = directory
+        self.shipped = shipped
         self._policies: dict[str, Policy] = {}
         self.reload()
 
+    @classmethod
+    def load(cls, directory: Path | None = None) -> PolicySet:
+        """The shipped policies, then ``directory`` (default ``$SANDVISOR_POLICIES_DIR``)."""
+        return cls(directory or default_policies_dir(), shipped=shipped_policies_dir())
+
     def reload(self) -> None:
-        """Read every ``*.toml`` in the directory; any invalid file is an error."""
+        """Read every ``*.toml`` of the shipped folder, then the directory; any invalid file
+        is an error."""
         policies: dict[str, Policy] = {}
+        if self.shipped is not None and self.shipped.is_dir():
+            _read_folder(self.shipped, policies)
         if self.directory is not None:
             if not self.directory.is_dir():
                 raise PolicyError(f"policies directory {self.directory} does not exist")
-            for path in sorted(self.directory.glob("*.toml")):
-                policy = load_policy_file(path)
-                policies[policy.name] = policy
+            _read_folder(self.directory, policies)
         policies.setdefault("default", Policy(name="default", description="built-in default"))
         self._policies = policies
+
+    def sources(self) -> list[Path]:
+        """The folders read, in order (a later one overrides an earlier one)."""
+        folders = [self.shipped] if self.shipped is not None and self.shipped.is_dir() else []
+        if self.directory is not None and self.directory not in folders:
+            folders.append(self.directory)
+        return folders
 
     def names(self) -> list[str]:
         """Known policy names, sorted."""

@@ -114,6 +114,11 @@ class Backend(Protocol):
         """The id of a local image, or None when it is not present."""
         ...
 
+    async def pull_image(self, image: str) -> str:
+        """Pull ``image`` from its registry and return its id. Called only for a policy
+        with ``pull = true``: nothing else in the supervisor reaches a registry."""
+        ...
+
     async def runtimes(self) -> set[str]:
         """The runtimes the engine can run containers with, by the names policies use in
         ``runtime`` (Docker: its registered OCI runtimes)."""

@@ -7,7 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from supervisor.core.errors import EngineUnavailable, ImageMissing, PolicyError, RuntimeUnavailable
+from supervisor.core.errors import (
+    EngineUnavailable,
+    ImageMissing,
+    PolicyError,
+    RuntimeUnavailable,
+    SupervisorError,
+)
 from supervisor.core.logs import get_logger
 from supervisor.core.policy import Policy, PolicySet
 from supervisor.engine.base import Backend
@@ -31,6 +37,7 @@ class EngineChecks:
         self._runtimes: tuple[float, set[str]] = (0.0, set())
         self._runsc_probe: asyncio.Task[str | None] | None = None
         self._images: dict[str, tuple[float, str | None]] = {}
+        self._pulls: dict[str, asyncio.Lock] = {}
         self._closed = False
 
     async def first_ping(self) -> bool:
@@ -129,19 +136,58 @@ class EngineChecks:
         return await probe_runtime(self.backend, "runsc", self.policies)
 
     async def check_image(self, policy: Policy) -> None:
-        """ImageMissing when the policy's image is absent; PolicyError when a pin mismatches."""
+        """ImageMissing when the policy's image is absent (pulled first only when the policy
+        says ``pull = true``); PolicyError when a pin mismatches."""
         loop = asyncio.get_running_loop()
         stamp, image_id = self._images.get(policy.image, (0.0, None))
         if image_id is None or loop.time() - stamp > _IMAGE_CACHE_S:
             image_id = await self.backend.image_id(policy.image)
+            if image_id is None and policy.pull:
+                image_id = await self._pull(policy)
             self._images[policy.image] = (loop.time(), image_id)
         if image_id is None:
-            raise ImageMissing(
-                f"image {policy.image!r} (policy {policy.name!r}) is not present on the engine; "
-                "build it with `sandvisor images build` or `make images`"
-            )
+            raise ImageMissing(missing_image_message(policy))
         if policy.image_id is not None and image_id != policy.image_id:
             raise PolicyError(
                 f"policy {policy.name!r} pins image_id {policy.image_id} but {policy.image!r} is "
                 f"{image_id}; rebuild or update the pin"
             )
+
+    async def _pull(self, policy: Policy) -> str:
+        """One pull at a time per image, however many tasks wait for it."""
+        lock = self._pulls.setdefault(policy.image, asyncio.Lock())
+        async with lock:
+            found = await self.backend.image_id(policy.image)
+            if found is not None:
+                return found
+            log.info("image.pull", image=policy.image, policy=policy.name)
+            try:
+                return await self.backend.pull_image(policy.image)
+            except SupervisorError as exc:
+                raise ImageMissing(
+                    f"image {policy.image!r} (policy {policy.name!r}) is not present on the "
+                    f"engine and pulling it failed: {exc}"
+                ) from exc
+
+
+def missing_image_message(policy: Policy) -> str:
+    """What a task whose image is missing is told: the image, and the command that builds it."""
+    what = f"image {policy.image!r} (policy {policy.name!r}) is not present on the engine"
+    name = sandbox_image_name(policy.image)
+    if name is not None:
+        return f"{what}; build it with `sandvisor images build {name}` (images are never pulled)"
+    return (
+        f"{what}; build or load it on the engine (`docker build`, `docker load`), or set "
+        "`pull = true` in the policy to let the engine pull it from its registry"
+    )
+
+
+def sandbox_image_name(image: str) -> str | None:
+    """``dev`` for ``sandvisor/dev`` or ``sandvisor/dev:<tag>``; None for other images."""
+    repo = image.split("@", 1)[0]
+    if repo.rfind(":") > repo.rfind("/"):
+        repo = repo[: repo.rfind(":")]
+    prefix, _, name = repo.partition("/")
+    if prefix == "sandvisor" and name and "/" not in name:
+        return name
+    return None

@@ -23,7 +23,7 @@ from supervisor.core.ids import check_session_id, new_session_id, new_task_id
 from supervisor.core.labels import container_labels
 from supervisor.core.logs import get_logger
 from supervisor.core.paths import default_state_dir
-from supervisor.core.policy import Policy, PolicySet, default_policies_dir
+from supervisor.core.policy import Policy, PolicySet
 from supervisor.core.stats import MetricsSnapshot, RuntimeStats
 from supervisor.core.workspace import WorkspaceSpec
 from supervisor.engine.base import Backend
@@ -76,8 +76,7 @@ class Supervisor:
         workspace_retention_s: float = RETENTION_S,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
-        pdir = Path(policies_dir) if policies_dir is not None else default_policies_dir()
-        self.policies = PolicySet(pdir)
+        self.policies = PolicySet.load(Path(policies_dir) if policies_dir is not None else None)
         self._docker_host = docker_host
         self._backend = backend
         self._sink_factory = sinks

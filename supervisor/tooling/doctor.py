@@ -13,7 +13,7 @@ from typing import Any
 from supervisor.core.errors import SupervisorError
 from supervisor.core.policy import PolicySet, default_policies_dir
 from supervisor.engine.base import Backend
-from supervisor.engine.endpoint import docker_host
+from supervisor.engine.endpoint import DEFAULT_SOCKET, docker_host
 from supervisor.engine.probe import probe_runtime
 from supervisor.tooling.doctor_model import Check, CheckStatus, _Model
 from supervisor.tooling.images import IMAGES, repository, root_cause, source_hash
@@ -44,12 +44,24 @@ async def _check_engine(backend: Backend) -> Check:
     try:
         info = await backend.ping()
     except SupervisorError as exc:
+        cause = root_cause(exc)
+        if "permission denied" in cause.lower():
+            return Check(
+                name="engine",
+                status="fail",
+                detail=f"the Docker engine at {host} refuses this user ({cause}): join the "
+                "docker group, then log in again",
+                facts={"host": host, "reachable": False, "error": str(exc)},
+                fix='sudo usermod -aG docker "$USER"',
+            )
         return Check(
             name="engine",
             status="fail",
-            detail=f"no Docker engine answers at {host} ({root_cause(exc)}): is dockerd "
+            detail=f"no Docker engine answers at {host} ({cause}): is dockerd "
             "running? is DOCKER_HOST right?",
             facts={"host": host, "reachable": False, "error": str(exc)},
+            # Only for this host's own engine: another DOCKER_HOST is someone else's to start.
+            fix="sudo systemctl start docker" if host == f"unix://{DEFAULT_SOCKET}" else None,
         )
     return Check(
         name="engine",
@@ -133,8 +145,10 @@ async def _check_image(backend: Backend, name: str) -> Check:
         return Check(
             name=f"image {name}",
             status="fail",
-            detail=f"{repo}:latest is missing: run `sandvisor images build {name}`",
+            detail=f"{repo}:latest is missing (images are built here, never pulled): "
+            f"run `sandvisor images build {name}`",
             facts={**facts, "up_to_date": False},
+            fix=f"sandvisor images build {name}",
         )
     short = latest.removeprefix("sha256:")[:12]
     if wanted is None:
@@ -152,6 +166,7 @@ async def _check_image(backend: Backend, name: str) -> Check:
             detail=f"{repo}:latest ({short}) was built from older sources: "
             f"run `sandvisor images build {name}`",
             facts={**facts, "up_to_date": False},
+            fix=f"sandvisor images build {name}",
         )
     return Check(
         name=f"image {name}",
@@ -193,7 +208,7 @@ async def _check_state_dir(path: Path) -> Check:
 
 def _read_policies(directory: Path | None) -> tuple[Path | None, PolicySet]:
     directory = directory or default_policies_dir()
-    return directory, PolicySet(directory)
+    return directory, PolicySet.load(directory)
 
 
 async def _load_policies(directory: Path | None) -> tuple[PolicySet | None, Check]:
@@ -206,12 +221,27 @@ async def _load_policies(directory: Path | None) -> tuple[PolicySet | None, Chec
             detail=str(exc).replace("\n", " "),
             facts={"directory": str(directory) if directory else None, "error": str(exc)},
         )
-    where = f" from {directory}" if directory else " (built-in only)"
+    sources = policies.sources()
+    facts = {
+        "directory": str(directory) if directory else None,
+        "shipped": str(policies.shipped) if policies.shipped else None,
+        "names": policies.names(),
+    }
+    if policies.shipped is None:
+        return policies, Check(
+            name="policies",
+            status="warn",
+            detail="the shipped policies are not installed with this copy of sandvisor, "
+            f"only {', '.join(policies.names())}: reinstall it from its wheel",
+            facts=facts,
+            fix="pip install --force-reinstall sandbox-supervisor",
+        )
+    where = " from " + " + ".join(str(s) for s in sources) if sources else " (built-in only)"
     return policies, Check(
         name="policies",
         status="ok",
         detail=f"{', '.join(policies.names())}{where}",
-        facts={"directory": str(directory) if directory else None, "names": policies.names()},
+        facts=facts,
     )
 
 
@@ -227,7 +257,7 @@ async def run_checks(
     """Check everything the supervisor needs. Never raises for an unhealthy host.
 
     Without ``backend`` a DockerBackend for ``DOCKER_HOST`` is opened and closed here.
-    Without ``policies`` they are loaded from ``policies_dir`` (default: the checkout's).
+    Without ``policies`` they are loaded: the shipped ones, then ``policies_dir``.
     ``probe`` starts a throwaway container per runtime to prove it really works.
     """
     if policies is None:
@@ -314,6 +344,22 @@ def _unchecked(images: Sequence[str]) -> list[Check]:
         Check(name="runtime runsc", status="warn", detail=_NO_ENGINE),
         *(Check(name=f"image {n}", status="fail", detail=_NO_ENGINE) for n in images),
     ]
+
+
+def one_fix(report: Report) -> str | None:
+    """The one command that fixes the first failure (or, when ready, the first warning):
+    ``sandvisor images build`` (all of them) when several images are missing."""
+    for status in ("fail", "warn"):
+        bad = [c for c in report.checks if c.status == status]
+        if not bad:
+            continue
+        if bad[0].name == "engine":
+            return bad[0].fix
+        builds = [c for c in bad if c.fix and c.fix.startswith("sandvisor images build ")]
+        if len(builds) > 1 and bad[0] in builds:
+            return "sandvisor images build"
+        return next((c.fix for c in bad if c.fix), None)
+    return None
 
 
 def _report(checks: list[Check]) -> Report:

@@ -26,3 +26,5 @@ class Check(_Model):
     """One line for people: what was found, and what to do when it is not ok."""
     facts: dict[str, Any] = Field(default_factory=dict)
     """What was measured, for machines (versions, ids, booleans)."""
+    fix: str | None = None
+    """The one command that fixes it, when there is one (``sandvisor images build dev``)."""

@@ -105,6 +105,57 @@ async def test_missing_image_gives_one_task_failed(runtime: Runtime) -> None:
     assert types_of(events, task.task_id) == ["task.failed"]
 
 
+async def test_missing_image_is_never_pulled_and_names_the_build_command(
+    runtime: Runtime,
+) -> None:
+    runtime.engine.images = set()
+    runtime.engine.registry = {"sandvisor/minimal:latest"}  # a registry that would have it
+    sup = await runtime.supervisor()
+    session = await sup.open_session("s1")
+    task = await session.start(spec("true"))
+    final = await session.wait(task.task_id, timeout_s=5)
+    assert (final.status, final.error_code) == ("failed", "image_missing")
+    assert "'sandvisor/minimal:latest'" in (final.error or "")
+    assert "`sandvisor images build minimal`" in (final.error or "")
+    assert [c for c in runtime.engine.calls if c[0] == "pull_image"] == []
+
+
+def pulling_policy(runtime: Runtime, image: str) -> None:
+    (runtime.policies_dir / "pulling.toml").write_text(
+        f'image = "{image}"\nworking_dir = "/tmp"\npull = true\n[timeouts]\ngrace_s = 0.2\n'
+    )
+
+
+async def test_a_policy_with_pull_true_pulls_a_missing_image_once(runtime: Runtime) -> None:
+    runtime.engine.images = set()
+    runtime.engine.registry = {"example.org/tools:1"}
+    pulling_policy(runtime, "example.org/tools:1")
+    sup = await runtime.supervisor()
+    session = await sup.open_session("s1")
+    first = await session.start(spec("true", policy="pulling"))
+    second = await session.start(spec("true", policy="pulling"))
+    for task in (first, second):
+        final = await session.wait(task.task_id, timeout_s=5)
+        assert (final.status, final.exit_code) == ("completed", 0)
+    assert [c for c in runtime.engine.calls if c[0] == "pull_image"] == [
+        ("pull_image", "example.org/tools:1")
+    ]
+
+
+async def test_a_failed_pull_fails_the_task_naming_the_image(runtime: Runtime) -> None:
+    runtime.engine.images = set()
+    pulling_policy(runtime, "example.org/absent:1")
+    sup = await runtime.supervisor()
+    session = await sup.open_session("s1")
+    task = await session.start(spec("true", policy="pulling"))
+    final = await session.wait(task.task_id, timeout_s=5)
+    assert (final.status, final.error_code) == ("failed", "image_missing")
+    assert "'example.org/absent:1'" in (final.error or "") and "pulling it failed" in (
+        final.error or ""
+    )
+    assert runtime.engine.containers == []
+
+
 async def test_timeout_stops_with_sigterm(engine: FakeEngine, session: Session) -> None:
     engine.script("serve", Script(Out("up\n"), UntilKilled()))
     began = time.monotonic()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import shutil
 from pathlib import Path
@@ -29,6 +30,9 @@ from supervisor.tooling.images import (
 )
 
 REPO_IMAGES = Path(__file__).resolve().parents[2] / "sandbox_images"
+
+#: The module (the package exports its ``build`` function under the same name).
+build_module = importlib.import_module("supervisor.tooling.images.build")
 
 
 @pytest.fixture
@@ -397,3 +401,20 @@ def test_live_display_redraws_the_step_line() -> None:
     screen = [line.split("\r")[-1].replace("\x1b[K", "") for line in out.getvalue().split("\n")]
     assert screen[0] == "[debian]    2.0s  debootstrap: unpacking  45/120 libgcc-s1"
     assert screen[1] == "[debian]    3.0s  docker import"
+
+
+def test_read_only_sources_build_from_a_private_copy_with_the_same_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sources = tmp_path / "minimal"
+    shutil.copytree(
+        images.images_dir() / "minimal", sources, ignore=shutil.ignore_patterns(".build")
+    )
+    with build_module._writable_sources(sources) as same:
+        assert same == sources
+    # A wheel installed by root, used by someone else: the sources cannot take the scratch.
+    monkeypatch.setattr(build_module.os, "access", lambda path, mode: False)
+    with build_module._writable_sources(sources) as copy:
+        assert copy != sources and copy.name == "minimal"
+        assert images.hash_sources(copy, "minimal") == images.hash_sources(sources, "minimal")
+    assert not copy.exists()

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from supervisor.core import paths
 from supervisor.core.errors import PolicyError
 from supervisor.core.policy import (
     SAFE_CAPABILITIES,
@@ -107,6 +108,8 @@ BAD_VALUES: list[tuple[str, str, str, str, object, str]] = [
         "sha256:abc",
         "sha256:[0-9a-f]{64}",
     ),
+    ("Policy", "pull", 'pull = "yes"', "pull", "yes", "valid boolean"),
+    ("Policy", "pull", "pull = 1", "pull", 1, "valid boolean"),
     ("Policy", "runtime", 'runtime = "kata"', "runtime", "kata", "'runc' or 'runsc'"),
     ("Policy", "network", 'network = "host"', "network", "host", "'none', 'session' or 'bridge'"),
     (
@@ -649,6 +652,36 @@ def test_policy_set_without_directory_has_the_builtin_default() -> None:
     policies = PolicySet(None)
     assert policies.names() == ["default"]
     assert policies.get("default").description == "built-in default"
+
+
+def test_a_given_directory_overrides_or_adds_to_the_shipped_policies(tmp_path: Path) -> None:
+    write(tmp_path, 'image = "mine/dev:1"\ndescription = "my dev"', "dev")
+    write(tmp_path, 'image = "mine/extra:1"', "extra")
+    policies = PolicySet(tmp_path, shipped=SHIPPED)
+    shipped = {p.stem for p in SHIPPED.glob("*.toml")}
+    assert set(policies.names()) == shipped | {"extra"}
+    assert policies.get("dev").image == "mine/dev:1"
+    assert policies.get("untrusted").runtime == "runsc"  # shipped, untouched
+    assert policies.sources() == [SHIPPED, tmp_path]
+
+
+def test_load_layers_the_shipped_policies_under_the_env_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, 'image = "mine/extra:1"', "extra")
+    monkeypatch.setenv("SANDVISOR_POLICIES_DIR", str(tmp_path))
+    policies = PolicySet.load()
+    assert {"default", "dev", "untrusted", "extra"} <= set(policies.names())
+    assert policies.shipped == SHIPPED.resolve() and policies.directory == tmp_path
+    monkeypatch.delenv("SANDVISOR_POLICIES_DIR")
+    assert "extra" not in PolicySet.load().names()
+
+
+def test_shipped_data_is_the_checkouts_when_not_installed() -> None:
+    # (The installed wheel's copy is what tests/e2e/test_wheel_user.py runs on.)
+    package = Path(paths.__file__).resolve().parents[1]
+    assert paths.shipped_data_dir("policies") == package.parent / "policies"  # a checkout
+    assert paths.shipped_data_dir("no-such-folder") is None
 
 
 def test_policy_set_missing_directory(tmp_path: Path) -> None:

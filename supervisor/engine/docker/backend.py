@@ -281,6 +281,24 @@ class DockerBackend:
             return None
         return str(data["Id"])
 
+    async def pull_image(self, image: str) -> str:
+        repo, tag = _split_reference(image)
+        try:
+            answer = await self._call(f"pull {image}", "pull", repo, tag=tag)
+        except _NotFoundError as exc:
+            raise ImageMissing(f"pull {image}: {exc}") from exc
+        found = await self.image_id(image)
+        if found is None:
+            # The engine answers 200 and reports a failure midway inside its progress stream.
+            errors = [
+                str(line["error"])
+                for line in map(_json_or_none, str(answer).splitlines())
+                if isinstance(line, dict) and line.get("error")
+            ]
+            why = errors[-1] if errors else "the engine has no such image afterwards"
+            raise ImageMissing(f"pull {image}: {why}")
+        return found
+
     async def info(self) -> dict[str, Any]:
         """The engine's ``GET /info`` answer."""
         return dict(await self._call("info", "info"))
@@ -354,3 +372,22 @@ class DockerBackend:
             with contextlib.suppress(Exception):
                 await self._offload(client.close)
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _split_reference(image: str) -> tuple[str, str | None]:
+    """``repo[:tag][@digest]`` -> (repo, tag or digest); None when neither is given."""
+    if "@" in image:
+        repo, digest = image.split("@", 1)
+        return repo, digest
+    slash = image.rfind("/")
+    colon = image.rfind(":")
+    if colon > slash:
+        return image[:colon], image[colon + 1 :]
+    return image, None
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

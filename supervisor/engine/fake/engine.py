@@ -58,7 +58,9 @@ class FakeEngine:
     """An in-memory container engine for component tests: scripted containers, a json-file
     log, pause, signals, and faults on demand. Deterministic with the default FakeClock.
 
-    ``images``: present image names (None: every image is present). ``paused_kill``:
+    ``images``: present image names (None: every image is present). ``registry``: the
+    images a pull finds (a pull of any other fails like a registry that has no such name).
+    ``paused_kill``:
     ``refuse`` a signal to a paused container (runsc) or ``queue`` it until unpause.
     ``live_restore=False``: :meth:`go_down` kills every running container."""
 
@@ -67,6 +69,7 @@ class FakeEngine:
         *,
         clock: Clock | None = None,
         images: Iterable[str] | None = None,
+        registry: Iterable[str] = (),
         runtimes: Iterable[str] = ("runc", "runsc"),
         live_restore: bool = True,
         paused_kill: Literal["refuse", "queue"] = "refuse",
@@ -74,6 +77,7 @@ class FakeEngine:
     ) -> None:
         self.clock: Clock = clock or FakeClock()
         self.images = None if images is None else set(images)
+        self.registry = set(registry)
         self.runtimes = set(runtimes)
         self.live_restore = live_restore
         self.paused_kill = paused_kill
@@ -379,6 +383,16 @@ class FakeBackend:
         await self.engine.enter("image_id", image)
         if self.engine.images is not None and image not in self.engine.images:
             return None
+        return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
+
+    async def pull_image(self, image: str) -> str:
+        await self.engine.enter("pull_image", image)
+        if image not in self.engine.registry:
+            raise ImageMissing(
+                f"pull {image}: pull access denied for {image}, repository does not exist"
+            )
+        if self.engine.images is not None:
+            self.engine.images.add(image)
         return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
 
     async def runtimes(self) -> set[str]:

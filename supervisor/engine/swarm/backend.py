@@ -432,6 +432,10 @@ class SwarmBackend(WithoutHostResources):
     async def image_id(self, image: str) -> str | None:
         return await self.nodes.image_id(image)
 
+    async def pull_image(self, image: str) -> str:
+        """Pulled on every schedulable node that answers: a task may land on any of them."""
+        return await self.nodes.pull_image(image)
+
     async def runtimes(self) -> set[str]:
         """The default runtimes of the nodes that answer (a service cannot choose another)."""
         return await self.nodes.default_runtimes()

@@ -10,7 +10,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.core.errors import EngineUnavailable, SupervisorError
+from supervisor.core.errors import EngineUnavailable, ImageMissing, SupervisorError
 from supervisor.core.logs import get_logger
 from supervisor.engine.docker import DockerBackend
 from supervisor.engine.swarm.manager import ManagerAPI
@@ -265,6 +265,24 @@ class NodeRegistry:
             if found is not None:
                 return found
         return None
+
+    async def pull_image(self, image: str) -> str:
+        """Pull ``image`` on every schedulable node; its id from the first that took it."""
+        await self.loaded()
+        found: str | None = None
+        errors: list[str] = []
+        for view in list(self.nodes.values()):
+            if not view.schedulable:
+                continue
+            try:
+                pulled = await self.engine(view.id).pull_image(image)
+            except SupervisorError as exc:
+                errors.append(f"{view.id}: {exc}")
+                continue
+            found = found or pulled
+        if found is None:
+            raise ImageMissing(f"pull {image}: no node could pull it ({'; '.join(errors)})")
+        return found
 
     async def default_runtimes(self) -> set[str]:
         """The default runtimes of the nodes whose engines answer."""

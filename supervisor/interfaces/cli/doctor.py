@@ -33,7 +33,7 @@ examples:
 
 def _doctor(args: argparse.Namespace) -> int:
     # Here, not at the top: it loads the docker SDK, which no other command needs at start.
-    from supervisor.tooling.doctor import run_checks  # noqa: PLC0415
+    from supervisor.tooling.doctor import one_fix, run_checks  # noqa: PLC0415
 
     if args.backend:
         os.environ["SANDVISOR_BACKEND"] = args.backend  # read where the backend is made
@@ -51,6 +51,9 @@ def _doctor(args: argparse.Namespace) -> int:
         )
         if sys.stdout.isatty():
             sys.stdout.write("ready\n" if report.ready else "not ready\n")
+    fix = one_fix(report)
+    if fix and not args.json:
+        sys.stdout.write(f"to fix: {fix}\n")
     if report.ready:
         return 0
     failed = report.failures()
@@ -58,7 +61,8 @@ def _doctor(args: argparse.Namespace) -> int:
     # Without an engine the other failures are consequences, not news.
     others = 0 if first.name == "engine" else len(failed) - 1
     more = f" (and {others} more failed checks)" if others else ""
-    return fail(f"not ready: {first.name}: {first.detail}{more}")
+    then = f"; to fix: {fix}" if fix else ""
+    return fail(f"not ready: {first.name}: {first.detail}{more}{then}")
 
 
 def register(subparsers: Any) -> None:
@@ -81,7 +85,8 @@ def register(subparsers: Any) -> None:
         "--policies-dir",
         type=Path,
         default=None,
-        help="policy files to load (default: $SANDVISOR_POLICIES_DIR or the checkout's policies/)",
+        help="policy files that override or add to the shipped ones "
+        "(default: $SANDVISOR_POLICIES_DIR)",
     )
     parser.add_argument(
         "--no-probe",

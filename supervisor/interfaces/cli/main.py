@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from supervisor.interfaces.cli.common import HelpFormatter
 
@@ -41,6 +42,27 @@ examples:
 """
 
 
+def _version() -> str:
+    """The installed distribution's version (a checkout without an install: unknown)."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("sandbox-supervisor")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the metadata is read only when asked (``--help`` loads nothing heavy)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        sys.stdout.write(f"sandvisor {_version()}\n")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sandvisor",
@@ -50,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--log-level", default=None, help="debug, info, warning, error")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print the version of the installed sandbox-supervisor and exit",
+    )
     subs = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _MODULES:
         try:

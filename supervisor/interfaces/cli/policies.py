@@ -48,12 +48,10 @@ examples:
 
 def _load(args: argparse.Namespace) -> PolicySet:
     # Here, not at the top: `sandvisor --help` and the other commands need no policy models.
-    from supervisor.core.policy import PolicySet, default_policies_dir  # noqa: PLC0415
+    from supervisor.core.policy import PolicySet  # noqa: PLC0415
 
     directory: Path | None = args.policies_dir
-    if directory is None:
-        directory = default_policies_dir()
-    return PolicySet(directory)
+    return PolicySet.load(directory)
 
 
 def _summary(policy: Policy) -> dict[str, Any]:
@@ -149,8 +147,8 @@ def _add_dir_option(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="folder of <name>.toml policy files (default: $SANDVISOR_POLICIES_DIR, else the "
-        "checkout's policies/)",
+        help="folder of <name>.toml policy files that override or add to the shipped ones "
+        "(default: $SANDVISOR_POLICIES_DIR, else the shipped policies alone)",
     )
 
 

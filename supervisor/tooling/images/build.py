@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import docker
@@ -74,6 +78,19 @@ _RECIPES: dict[Recipe, Callable[[Build], tuple[str, Method]]] = {
 
 
 @contextlib.contextmanager
+def _writable_sources(directory: Path) -> Iterator[Path]:
+    """The sources themselves when the build may write its scratch there (a checkout, a
+    user's venv), else a private copy (a wheel installed by root): same files, same hash."""
+    if os.access(directory, os.W_OK):
+        yield directory
+        return
+    with tempfile.TemporaryDirectory(prefix="sandvisor-image-") as tmp:
+        copy = Path(tmp) / directory.name
+        shutil.copytree(directory, copy, ignore=shutil.ignore_patterns(BUILD_DIR))
+        yield copy
+
+
+@contextlib.contextmanager
 def _build_lock(b: Build) -> Iterator[None]:
     """One build of an image at a time on this host; the second then finds it built."""
     scratch = b.directory / BUILD_DIR
@@ -110,12 +127,13 @@ def build(
     image; without it (or when the pull fails) images that need one are built offline.
     """
     recipe = _RECIPES[spec(name).recipe]
+    stack = contextlib.ExitStack()
     started = time.monotonic()
-    directory = image_dir(name)
     own = client is None
     if own:
         client = connect()
     try:
+        directory = stack.enter_context(_writable_sources(image_dir(name)))
         b = Build(
             client=client,
             name=name,
@@ -139,6 +157,7 @@ def build(
             if method != "cached":
                 prune_old(client, name, image_id)
     finally:
+        stack.close()
         if own:
             client.close()
     return BuildResult(

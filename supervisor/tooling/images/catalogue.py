@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from supervisor.core.errors import SupervisorError
+from supervisor.core.paths import shipped_data_dir
 
 #: Bump when the build procedure changes in a way that changes the images, so every
 #: image is rebuilt once even though its source files did not change.
@@ -70,12 +71,18 @@ def spec(name: str) -> ImageSpec:
 
 
 def images_dir() -> Path:
-    """``$SANDVISOR_IMAGES_DIR``, else the ``sandbox_images/`` folder of this checkout."""
+    """``$SANDVISOR_IMAGES_DIR``, else the image sources shipped in the wheel, else the
+    ``sandbox_images/`` folder of this checkout."""
     env = os.environ.get("SANDVISOR_IMAGES_DIR")
     if env:
         return Path(env)
-    # supervisor/tooling/images/catalogue.py -> the checkout's root.
-    return Path(__file__).resolve().parents[3] / "sandbox_images"
+    shipped = shipped_data_dir("sandbox_images")
+    if shipped is None:
+        raise ImageBuildError(
+            "the image sources (sandbox_images/) are not installed with this copy of "
+            "sandvisor; reinstall it from its wheel, or set SANDVISOR_IMAGES_DIR"
+        )
+    return shipped
 
 
 def image_dir(name: str, *, root: Path | None = None) -> Path:

@@ -1,0 +1,341 @@
+"""The wheel is the product: build it, install it into a fresh venv in a real non-root user's
+home (outside the checkout), and follow the README's quick start as that user, with HOME set:
+``--version``, ``doctor``, ``images build``, ``run``, ``run --bg``, ``logs``, ``stop``, a
+project's ``run --policy dev`` then ``workspace changes``/``diff``/``apply``/``undo``/
+``discard``, and MCP through the official ``mcp`` client (the one the wheel installed).
+
+Needs root (to create the user; CI is root): skipped only when not root. The daemon the
+quick start autostarts is stopped at the end, by its pid; the user is removed only if this
+test created it."""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_engine
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+REPO = Path(__file__).resolve().parents[2]
+USER = "sandvisor-e2e"
+UID = 1500
+
+MCP_CLIENT = """
+import asyncio, json, sys
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main() -> None:
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp"])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        tools = [t.name for t in (await session.list_tools()).tools]
+        result = await session.call_tool(
+            "bash", {"command": "echo from-mcp; id -u; cat hello.txt", "description": "mcp"}
+        )
+        text = "".join(c.text for c in result.content if c.type == "text")
+        print(json.dumps({"tools": tools, "text": text, "is_error": getattr(result, "isError", getattr(result, "is_error", None))}))
+
+asyncio.run(main())
+"""
+
+
+@dataclass
+class User:
+    """The non-root user, its venv with the wheel installed, and how to run things as it."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: list[int]
+    home: Path
+    venv: Path
+    env: dict[str, str]
+    daemon_pids: set[int] = field(default_factory=set)
+
+    @property
+    def sandvisor(self) -> str:
+        return str(self.venv / "bin" / "sandvisor")
+
+    @property
+    def state_dir(self) -> Path:
+        return self.home / ".local" / "state" / "sandvisor"
+
+    def run(
+        self, *argv: str, cwd: Path | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        # A process group of its own: on a timeout, what it started (an MCP server) goes too.
+        proc = subprocess.Popen(
+            list(argv),
+            user=self.uid,
+            group=self.gid,
+            extra_groups=self.groups,
+            env=self.env,
+            cwd=cwd or self.home,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"{argv} did not finish within {timeout} s:\n{out}\n{err}")
+        result = subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+        for pid in re.findall(r"started one in the background \(pid (\d+)", result.stderr):
+            self.daemon_pids.add(int(pid))
+        return result
+
+    def ok(self, *argv: str, cwd: Path | None = None, timeout: float = 120) -> str:
+        result = self.run(*argv, cwd=cwd, timeout=timeout)
+        assert result.returncode == 0, (argv, result.returncode, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr, result.stderr
+        return result.stdout
+
+    def cli(self, *args: str, cwd: Path | None = None, timeout: float = 120) -> str:
+        """``sandvisor ARGS`` as the user; its stdout (it must exit 0)."""
+        return self.ok(self.sandvisor, *args, cwd=cwd, timeout=timeout)
+
+
+def _root_run(*argv: str, timeout: float = 300) -> str:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    return done.stdout
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    match = re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
+def _stop_daemon(user: User) -> None:
+    """SIGTERM the daemons the quick start started (by pid, only if they are the user's)."""
+    info = user.state_dir / "daemon" / "daemon.json"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        user.daemon_pids.add(int(json.loads(info.read_text())["pid"]))
+    for pid in sorted(user.daemon_pids):
+        if _uid_of(pid) != user.uid:
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while _uid_of(pid) == user.uid and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _uid_of(pid) == user.uid:
+            os.kill(pid, signal.SIGKILL)
+
+
+def _leftovers(pids: set[int]) -> list[str]:
+    """Containers the user's daemons made that are still on the engine."""
+    import docker  # noqa: PLC0415
+
+    client = docker.APIClient(version="auto", timeout=30)
+    try:
+        rows = []
+        for pid in pids:
+            rows += client.containers(all=True, filters={"label": f"io.sandvisor.owner.pid={pid}"})
+        for row in rows:
+            client.remove_container(row["Id"], force=True)
+        return [row["Names"][0] for row in rows]
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def user() -> Iterator[User]:
+    if os.geteuid() != 0:
+        pytest.skip("creates a user: needs root (CI runs as root)")
+    require_engine()
+    try:
+        docker_gid = grp.getgrnam("docker").gr_gid
+    except KeyError:
+        pytest.fail("no docker group: the engine's socket must be reachable by a group")
+    work = Path(tempfile.mkdtemp(prefix="sandvisor-wheel-"))
+    work.chmod(0o755)  # the user installs from here
+    created = False
+    try:
+        # The wheel, and a wheelhouse of its dependencies (from pip's cache when it has them).
+        dist, wheelhouse = work / "dist", work / "wheelhouse"
+        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+        _root_run(*pip, "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO))
+        [wheel] = dist.glob("sandbox_supervisor-*.whl")
+        _root_run(*pip, "wheel", "-q", "-w", str(wheelhouse), str(wheel))
+        for path in work.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+        try:
+            pwd.getpwnam(USER)
+        except KeyError:
+            uid_free = True
+            try:
+                pwd.getpwuid(UID)
+                uid_free = False
+            except KeyError:
+                pass
+            args = ["useradd", "-m", "-G", "docker", "-s", "/bin/sh"]
+            _root_run(*args, *(["-u", str(UID)] if uid_free else []), USER)
+            created = True
+        entry = pwd.getpwnam(USER)
+        home = Path(entry.pw_dir)
+        home.chmod(0o700)
+        venv = home / "venv"
+        env = {
+            "HOME": str(home),
+            "USER": USER,
+            "LOGNAME": USER,
+            "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "CI"):
+            if os.environ.get(name):
+                env[name] = os.environ[name]
+        u = User(USER, entry.pw_uid, entry.pw_gid, [docker_gid], home, venv, env)
+        shutil.rmtree(u.state_dir, ignore_errors=True)  # a previous run's, if any
+        shutil.rmtree(venv, ignore_errors=True)
+        u.ok("python3", "-m", "venv", str(venv))
+        u.ok(
+            str(venv / "bin" / "pip"),
+            "install",
+            "-q",
+            "--no-index",
+            "--find-links",
+            str(wheelhouse),
+            str(wheel),
+            timeout=240,
+        )
+        try:
+            yield u
+        finally:
+            _stop_daemon(u)
+            left = _leftovers(u.daemon_pids)
+            assert left == [], f"the user's daemon left containers behind: {left}"
+    finally:
+        if created:
+            _root_run("userdel", "-r", USER)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_the_installed_wheel_has_its_policies_images_and_version(user: User) -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert user.cli("--version") == f"sandvisor {project['version']}\n"
+    site = next((user.venv / "lib").glob("python3*/site-packages"))
+    assert (site / "supervisor" / "_data" / "policies" / "dev.toml").is_file()
+    names = [p["name"] for p in json.loads(user.cli("policies", "list", "--json"))]
+    assert names == sorted(p.stem for p in (REPO / "policies").glob("*.toml"))
+    assert {"default", "dev", "untrusted"} <= set(names)
+    # Nothing is imported from the checkout.
+    where = user.ok(
+        str(user.venv / "bin" / "python"), "-c", "import supervisor; print(supervisor.__file__)"
+    )
+    assert where.startswith(str(site))
+
+    doctor = json.loads(user.cli("doctor", "--json"))
+    checks = {c["name"]: c for c in doctor["checks"]}
+    assert doctor["ready"], doctor
+    assert checks["policies"]["facts"]["shipped"] == str(site / "supervisor" / "_data" / "policies")
+    assert checks["image dev"]["facts"]["up_to_date"] is True  # hashed from the wheel's sources
+    built = user.cli("images", "build", timeout=240)
+    assert re.search(r"^\[dev\] up to date: sandvisor/dev:[0-9a-f]{12}", built, re.MULTILINE), built
+
+
+def test_quick_start_run_background_logs_stop(user: User) -> None:
+    first = user.run(user.sandvisor, "run", "--", "echo", "hello from a sandbox")
+    assert first.returncode == 0, (first.stdout, first.stderr)
+    assert first.stdout == "hello from a sandbox\n"
+    assert user.daemon_pids, first.stderr  # the first command started the daemon
+    info = json.loads((user.state_dir / "daemon" / "daemon.json").read_text())
+    assert _uid_of(int(info["pid"])) == user.uid  # a non-root daemon
+
+    out = user.cli(
+        "run", "--bg", "--", "sh", "-c", "for i in 1 2 3; do echo tick $i; done; sleep 600"
+    )
+    task_id = out.splitlines()[0]
+    assert re.fullmatch(r"bg-[0-9a-z]+", task_id), out
+    user.cli("wait", task_id, "--pattern", "tick 3", "--timeout", "30s")
+    assert user.cli("logs", task_id) == "tick 1\ntick 2\ntick 3\n"
+    user.cli("stop", task_id)
+    [row] = [t for t in json.loads(user.cli("ps", "--json")) if t["task_id"] == task_id]
+    assert row["status"] == "killed", row
+
+
+def test_quick_start_workspace_review_apply_undo_discard(user: User) -> None:
+    project = user.home / "myproject"
+    user.ok("mkdir", "-p", str(project))
+    user.ok("sh", "-c", "printf 'hello\\n' > hello.txt", cwd=project)
+
+    out = user.cli(
+        "run",
+        "--policy",
+        "dev",
+        "--",
+        "sh",
+        "-c",
+        "echo changed >> hello.txt && echo new > new.txt && id -u",
+        cwd=project,
+    )
+    assert out == f"{user.uid}\n"  # tasks on the project run as its owner
+    assert (project / "hello.txt").read_text() == "hello\n"  # nothing on the host yet
+    changes = json.loads(user.cli("workspace", "changes", "--json", cwd=project))
+    assert {c["path"]: c["kind"] for c in changes} == {"hello.txt": "modified", "new.txt": "added"}
+    diff = user.cli("workspace", "diff", cwd=project)
+    assert " hello\n+changed\n" in diff and "+++ b/new.txt" in diff, diff
+
+    applied = user.cli("workspace", "apply", cwd=project)
+    assert applied.startswith("applied 2 change(s)"), applied
+    assert (project / "hello.txt").read_text() == "hello\nchanged\n"
+    assert (project / "new.txt").read_text() == "new\n"
+    for name in ("hello.txt", "new.txt"):
+        st = (project / name).stat()
+        assert (st.st_uid, st.st_gid) == (user.uid, user.gid), name
+
+    user.cli("workspace", "undo", cwd=project)
+    assert (project / "hello.txt").read_text() == "hello\n"
+    assert not (project / "new.txt").exists()
+
+    user.cli("run", "--policy", "dev", "--", "sh", "-c", "echo scratch > scratch.txt", cwd=project)
+    assert [
+        c["path"] for c in json.loads(user.cli("workspace", "changes", "--json", cwd=project))
+    ] == ["scratch.txt"]
+    user.cli("workspace", "discard", cwd=project)
+    assert user.cli("workspace", "changes", "--json", cwd=project) == "[]\n"
+    assert sorted(p.name for p in project.iterdir()) == ["hello.txt"]
+    user.cli("session", "end", cwd=project)
+
+
+def test_quick_start_mcp_through_the_official_client(user: User) -> None:
+    project = user.home / "myproject"
+    out = user.ok(
+        str(user.venv / "bin" / "python"),
+        "-c",
+        MCP_CLIENT,
+        user.sandvisor,
+        cwd=project,
+        timeout=120,
+    )
+    answer = json.loads(out.splitlines()[-1])
+    assert "bash" in answer["tools"] and not answer["is_error"], answer
+    assert f"from-mcp\n{user.uid}\nhello\n" in answer["text"], answer
