@@ -455,11 +455,11 @@ async def test_workspace_is_writable_when_the_policy_says_rw(
         ("{root}/link-out", ["{root}"], "is not under an allowed workspace root"),
         # No roots given: the home directory of the user running the supervisor.
         ("{root}/proj", [], "is not under an allowed workspace root ({home})"),
-        ("/var/run", ["/var/run"], "would expose /run/docker.sock"),
-        ("/run", ["/"], "would expose"),
-        ("/run/docker", ["/run"], "would expose /run/docker"),
-        ("/var/lib/docker", ["/var/lib"], "would expose /var/lib/docker"),
-        ("/", ["/"], "would expose"),
+        ("/var/run", ["/var/run"], "would expose the engine's files (/run/docker.sock)"),
+        ("/run", ["/"], "would expose the engine's files"),
+        ("/run/docker", ["/run"], "would expose the engine's files (/run/docker)"),
+        ("/var/lib/docker", ["/var/lib"], "would expose the engine's files (/var/lib/docker)"),
+        ("/", ["/"], "the whole host cannot be a workspace"),
     ],
 )
 async def test_workspace_outside_roots_or_over_the_engine_is_refused(
