@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import stat
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
@@ -21,16 +20,16 @@ from typing import Any
 
 import supervisor.state.workspace as changes_fs
 from supervisor.core.container import Mount, VolumeRequest
-from supervisor.core.errors import EngineError, PolicyError
+from supervisor.core.errors import EngineError, PolicyError, SupervisorError
 from supervisor.core.logs import get_logger
 from supervisor.core.workspace import (
-    GIT_PROTECTED,
     WorkspacePlan,
     WorkspaceSpec,
     mounts,
     private_parent,
 )
 from supervisor.engine.base import Backend
+from supervisor.runtime.workspace_git import RwRepositories
 
 log = get_logger("supervisor.workspace")
 
@@ -65,8 +64,7 @@ class Workspace:
         self.io = io
         self.upper_owner = upper_owner
         self.ended_at: float | None = None
-        self._protected: list[str] = []
-        self._unbound: set[str] = set()
+        self.repositories = RwRepositories(plan, root)
         self._volume_ready = False
         self._lock = asyncio.Lock()
         self.log = log.bind(session_id=session_id, workspace=plan.host)
@@ -120,13 +118,17 @@ class Workspace:
         await self._run(self.verify)
         await self._run(self._prepare_parents)
         if self.plan.mode == "rw":
-            self._protected = await self._run(self.git_protected)
+            await self._run(self._survey)
         if self.plan.mode != "overlay":
             return
         await self._run(self._prepare_dirs)
         if not self.manifest_path.exists():
             manifest = await self._run(self._take_manifest)
             await self._run(manifest.save, self.manifest_path)
+
+    def _survey(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.repositories.survey()
 
     def _prepare_parents(self) -> None:
         way = private_parent(self.plan.container_path)
@@ -147,42 +149,13 @@ class Workspace:
         os.chown(self.upper, uid, gid)
         os.chmod(self.upper, os.stat(self.plan.host).st_mode & 0o7777)
 
-    def git_protected(self) -> list[str]:
-        """GIT_PROTECTED entries that are a real directory or file of the project itself
-        (rw mode re-binds them read-only). Looked at without following a link: a ``.git``
-        symlink a task planted would otherwise bind whatever it names (the engine's socket
-        included) into later tasks."""
-        found = []
-        fd = changes_fs.open_project(self.plan.host, self.plan.identity)
-        try:
-            dev = os.fstat(fd).st_dev
-            for rel in GIT_PROTECTED:
-                try:
-                    st = os.lstat(rel, dir_fd=fd)
-                except FileNotFoundError:
-                    continue
-                if st.st_dev != dev or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-                    if rel in self._unbound:
-                        continue
-                    self._unbound.add(rel)
-                    self.log.warning(
-                        "workspace_git_not_bound",
-                        path=rel,
-                        why="not a plain directory or file of the project (a symlink, a "
-                        "device or another filesystem): left out of the read-only binds",
-                    )
-                    continue
-                self._unbound.discard(rel)
-                found.append(rel)
-        finally:
-            os.close(fd)
-        return found
-
     def mount_list(self) -> list[Mount]:
         """What a task mounts to see the workspace (``ensure_volume`` first: it checks the
         project is still where it was, and makes the overlay's volume)."""
         volume = self.volume if self.plan.mode == "overlay" else None
-        found = mounts(self.plan, volume, self._protected)
+        found = mounts(self.plan, volume, ())
+        if self.plan.mode == "rw":
+            found += self.repositories.mounts()
         way = private_parent(self.plan.container_path)
         if way is not None:
             found.insert(
@@ -197,7 +170,7 @@ class Workspace:
         path when it mounts) and, in overlay mode, make the volume once."""
         await self._run(self.verify)
         if self.plan.mode == "rw":
-            self._protected = await self._run(self.git_protected)
+            await self._run(self.repositories.sweep)
         if self.plan.mode != "overlay":
             return
         async with self._lock:
@@ -360,8 +333,14 @@ class Workspace:
         self._retake_manifest()
 
     async def remove(self) -> None:
-        """Remove everything: the volume and the whole state dir of the workspace."""
+        """Remove everything: the volume and the whole state dir of the workspace (and in
+        ``rw`` mode, the repositories' guard: see ``RwRepositories.release``)."""
         await self.unmount()
+        if self.plan.mode == "rw":
+            try:
+                await self._run(self.repositories.release)
+            except (OSError, SupervisorError) as exc:
+                self.log.warning("workspace_git_release_failed", error=str(exc))
         await self._run(changes_fs.remove_workspace, self.root)
 
     # -- persistence ----------------------------------------------------------------------
@@ -378,6 +357,7 @@ class Workspace:
                 "upper_owner": list(self.upper_owner),
                 "identity": list(self.plan.identity) if self.plan.identity else None,
                 "ended_at": self.ended_at,
+                **self.repositories.to_json(),
             }
         )
 

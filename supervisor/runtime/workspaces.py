@@ -164,6 +164,7 @@ class Workspaces:
                 log.warning("workspace_record_unreadable", session_id=sid, error=str(exc))
                 continue
             ws.ended_at = data.get("ended_at")
+            ws.repositories.restore(data)
             if ws.plan.mode == "rw":
                 await ws.prepare()  # finds the read-only git binds again
             self._by_session[sid] = ws

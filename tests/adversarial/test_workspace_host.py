@@ -350,3 +350,40 @@ async def test_ws_apply_writes_only_what_was_reviewed(ws_arena: Arena) -> None:
     await arena.session.undo_apply()
     assert tree_hash(project) == pristine
     await arena.finish()
+
+
+async def test_ws_rw_repositories_the_task_creates_never_run_on_the_host(ws_arena: Arena) -> None:
+    """Item 6: an ``rw`` workspace that is a subdirectory of a repository, with a nested
+    clone, and a task that runs ``git init`` with a hostile config at the top, in the
+    clone and in a new subdirectory: the user's ``git status`` anywhere runs none of it."""
+    arena = ws_arena
+    repo = arena.workspace / "repo"
+    _git_repo(repo)
+    work = repo / "pkg"
+    (work / "src").mkdir(parents=True)
+    _git_repo(work / "vendor" / "lib")
+    chown_tree(repo)
+    home = arena.tmp_path / "home"
+    home.mkdir()
+    marker = home / "PWNED"
+    hostile = f"touch {marker}; false"
+    await arena.open_workspace("rw-nested", work, "rw")
+    r = await arena.run(
+        f"git init -q . 2>&1; git config core.fsmonitor '{hostile}' 2>&1; echo top=$?; "
+        f"git -C vendor/lib config core.fsmonitor '{hostile}' 2>&1; echo vendor=$?; "
+        f"git init -q src && git -C src config core.fsmonitor '{hostile}'; echo src=$?"
+    )
+    assert "top=" in r.text and "vendor=" in r.text, r.text
+    assert "vendor=0" not in r.text, f"the nested clone's config was writable: {r.text}"
+    # The next task's start puts the new repository out of git's way already.
+    later = await arena.run("ls -a src; echo listed")
+    assert "listed" in later.text and ".git\n" not in later.text, later.text
+    await arena.finish()
+    for where in (work, work / "src", work / "vendor" / "lib", repo):
+        _git_status(where, home)
+        assert not marker.exists(), f"host git in {where} ran the task's code"
+    assert not (work / ".git").exists(), "the guard's mount point was left on the host"
+    assert not (work / "src" / ".git").exists()
+    assert list((work / "src").glob(".git.sandvisor-quarantined-*"))
+    status = _git_status(work, home)
+    assert status.returncode == 0, status.stderr  # the enclosing repository still works

@@ -251,10 +251,10 @@ async def test_no_task_starts_on_the_workspace_while_it_is_applied(ws: WsEnv) ->
     seen: list[tuple[str, float]] = []
     apply_files, ensure_volume = workspace._apply, workspace.ensure_volume
 
-    def timed_apply(force: bool) -> object:
+    def timed_apply(force: bool, reviewed: object) -> object:
         seen.append(("apply", time.monotonic()))
         try:
-            return apply_files(force)
+            return apply_files(force, reviewed)  # type: ignore[arg-type]
         finally:
             seen.append(("applied", time.monotonic()))
 
