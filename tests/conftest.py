@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 #: Fixtures of a private Docker engine (for engine-restart and missing-runtime tests).
 pytest_plugins = ("tests.private_engine",)
@@ -16,6 +17,16 @@ pytest_plugins = ("tests.private_engine",)
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = REPO / "policies"
 IN_CI = bool(os.environ.get("CI"))
+
+# Hypothesis: in CI every run tries the same examples (derandomize: a red CI run is a real,
+# reproducible failure, not a new random draw), no example database, no wall-clock deadline
+# on a shared 2-core runner, and a failure prints the blob to reproduce it with
+# ``@reproduce_failure``. Locally the "dev" profile keeps exploring randomly (with the example
+# database). Loaded here, before the test modules are imported, so every ``@settings(...)``
+# inherits it.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile("ci" if IN_CI else "dev")
 
 #: Extra policies only the tests use: short grace periods keep stop tests quick.
 TEST_POLICIES = {

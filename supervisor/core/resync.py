@@ -15,7 +15,7 @@ from __future__ import annotations
 import codecs
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from supervisor.core.container import Segment
 
@@ -54,21 +54,35 @@ def engine_log_bytes(data: bytes) -> bytes:
 _LONG_LINE = re.compile(rb"[^\n]{%d,}" % COPIER_CHUNK)
 
 
+def _messages_raw(data: bytes) -> Iterator[bytes]:
+    """``data`` (starting where a message starts) cut where the copier cuts it into
+    messages that are encoded on their own: the 16 KiB pieces of long lines (the piece
+    ending a long line keeps its newline), and the stretches between them."""
+    if _LONG_LINE.search(data) is None:
+        yield data
+        return
+    pos = 0
+    for m in _LONG_LINE.finditer(data):
+        yield data[pos : m.start()]
+        end = m.end() + (1 if data[m.end() : m.end() + 1] == b"\n" else 0)
+        for piece in range(m.start(), end, COPIER_CHUNK):
+            yield data[piece : min(piece + COPIER_CHUNK, end)]
+        pos = end
+    yield data[pos:]
+
+
 def log_length(data: bytes) -> int:
     """How many bytes the engine's log gives back for ``data``: complete messages (it starts
     where a message starts and ends with a newline or at a piece boundary). Invalid UTF-8
     comes back byte by byte as U+FFFD, and each 16 KiB piece of a longer line is stored on
     its own, so a character the cut splits comes back as U+FFFD too."""
-    if _LONG_LINE.search(data) is None:
-        return len(engine_log_bytes(data))
-    total = pos = 0
-    for m in _LONG_LINE.finditer(data):
-        total += len(engine_log_bytes(data[pos : m.start()]))
-        end = m.end() + (1 if data[m.end() : m.end() + 1] == b"\n" else 0)
-        for piece in range(m.start(), end, COPIER_CHUNK):
-            total += len(engine_log_bytes(data[piece : min(piece + COPIER_CHUNK, end)]))
-        pos = end
-    return total + len(engine_log_bytes(data[pos:]))
+    return sum(len(engine_log_bytes(part)) for part in _messages_raw(data))
+
+
+def log_bytes(data: bytes) -> bytes:
+    """The bytes the engine's log gives back for ``data`` (as :func:`log_length` counts
+    them): each message converted on its own."""
+    return b"".join(engine_log_bytes(part) for part in _messages_raw(data))
 
 
 def split_messages(data: bytes, *, final: bool) -> tuple[bytes, bytes]:
@@ -269,8 +283,17 @@ def live_cut(
         logged = len(data) if ended else logged_prefix_by_lines(data)
         if logged is None:
             logged = overlap(tails[k], data)
-        expected = engine_log_bytes(data[:logged])
-        if not tails[k].endswith(expected):
+        # Each message is converted on its own, so a character one of the copier's 16 KiB
+        # cuts splits is logged as U+FFFD per byte. Where the cuts fall is known from a
+        # message start: if the live stream began at one, from its start; else from its
+        # first newline (the line it began in started earlier: converted as a whole).
+        first = data.find(b"\n", 0, logged)
+        head = logged if first < 0 else first + 1
+        expected = engine_log_bytes(data[:head]) + log_bytes(data[head:logged])
+        at_message = log_bytes(data[:logged])
+        if not tails[k].endswith(expected) and tails[k].endswith(at_message):
+            expected = at_message
+        elif not tails[k].endswith(expected):
             unverified.append(k)
         cut[k] = len(expected)
     return cut, unverified

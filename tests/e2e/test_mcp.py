@@ -410,8 +410,10 @@ async def test_input_and_explicit_background_timeout(daemon: Daemon) -> None:
         assert match, started
         asker = match.group(1)
         await mcp.ok("task_wait", task_id=asker, pattern=r"name\?")
-        sent = await mcp.ok("task_input", task_id=asker, text="sandvisor\n", eof=True)
-        assert "Sent 4 character(s)" in sent and "EOF" in sent
+        answer = "sandvisor\n"
+        sent = await mcp.ok("task_input", task_id=asker, text=answer, eof=True)
+        # The count is of the text sent (the rename to "sandvisor" had left it at 4).
+        assert f"Sent {len(answer)} character(s)" in sent and "EOF" in sent
         assert "got sandvisor" in await mcp.ok("task_wait", task_id=asker, pattern="^got ")
         ended = await mcp.ok("task_wait", task_id=asker)
         assert "completed, exit code 0" in ended

@@ -10,6 +10,8 @@ from supervisor.core.resync import (
     after_anchor,
     drop_known,
     engine_log_bytes,
+    live_cut,
+    log_bytes,
     log_length,
     logged_prefix_by_lines,
     overlap,
@@ -169,3 +171,18 @@ def test_log_length_counts_a_character_split_by_the_copiers_cut_twice() -> None:
             whole, carry = split_messages(carry + data[i : i + size], final=last)
             total += log_length(whole)
         assert total + log_length(carry) == log_length(data)
+
+
+def test_live_cut_knows_a_character_the_copiers_cut_split() -> None:
+    line = b"y" * (COPIER_CHUNK - 1) + "é".encode() + b"\n"
+    log = b"older\n" + log_bytes(line) + b"x\n"
+    assert log_bytes(line) == b"y" * (COPIER_CHUNK - 1) + "\ufffd\ufffd\n".encode()
+    # The live stream began at a message (the line) or inside the line before it: the
+    # part of the log it holds is the line as the log stores it, U+FFFD twice, not "é".
+    for before, live in ((b"older\n", line + b"x\n"), (b"ol", b"der\n" + line + b"x\n")):
+        cut, unverified = live_cut({1: live, 2: b""}, {1: log, 2: b""}, ended=False)
+        assert unverified == []
+        assert cut[1] == len(log) - len(before)
+    # The line the live stream began in is split at an unknown place: said, not guessed.
+    live = line[100:] + b"x\n"
+    assert live_cut({1: live}, {1: log}, ended=False)[1] == [1]

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from supervisor.state.workspace import gitcmd
@@ -268,6 +268,13 @@ _PATH = st.lists(_NAME, min_size=1, max_size=4).map("/".join)
     nested=st.lists(_PATTERN, max_size=3),
     paths=st.lists(_PATH, min_size=1, max_size=12),
 )
+# git matches a path pattern's literal prefix itself and hands wildmatch the rest, where a
+# "**" right after that prefix counts as following a slash: ".**/.?" matches "..?" (CI:
+# {('a/..?', True)}), ".**/?" matches ".?" (CI: {('a/.?', False)}), "a**/b" matches "ax/y/b".
+@example(root=[], nested=[".**/.?"], paths=["..?"])
+@example(root=[], nested=[".**/?"], paths=[".?"])
+@example(root=[".**/?", "/.**/**"], nested=[], paths=[".?", "..?", "x/.?"])
+@example(root=["a**/b", "!c**/b"], nested=["c/**"], paths=["ax/y/b", "ab", "c/x/b", "cx/y/b"])
 def test_hypothesis_matches_git(
     tmp_path: Path, root: list[str], nested: list[str], paths: list[str]
 ) -> None:

@@ -137,10 +137,24 @@ def _bracket(pat: bytes, i: int) -> tuple[bytes | None, int]:
     return (_class(chosen) if chosen else None), j + 1
 
 
-def translate(pat: bytes, *, pathname: bool = True) -> bytes | None:
+#: The characters that end a pattern's literal prefix (git's ``is_glob_special``).
+_GLOB_SPECIAL = frozenset(b"*?[\\")
+
+
+def literal_prefix(pat: bytes) -> int:
+    """How many leading bytes of ``pat`` hold no wildcard (git's ``simple_length``)."""
+    return next((i for i, c in enumerate(pat) if c in _GLOB_SPECIAL), len(pat))
+
+
+def translate(pat: bytes, *, pathname: bool = True, start: int = 0) -> bytes | None:
     """git's wildmatch (``WM_PATHNAME`` when ``pathname``) as an RE2 expression matching
     the whole text; None when the pattern can never match (git aborts on a trailing
-    backslash, an unclosed class or an unknown ``[:class:]``)."""
+    backslash, an unclosed class or an unknown ``[:class:]``).
+
+    ``start``: where wildmatch's pattern begins. git compares a path pattern's literal
+    prefix itself and hands only the rest to wildmatch, for which a ``**`` at that point
+    follows the pattern's start, as if after a slash (so ``.**/x`` matches ``.x`` and
+    ``.a/b/x``, and ``a**/b`` matches ``ab/c/b``)."""
     out: list[bytes] = []
     i, n = 0, len(pat)
     while i < n:
@@ -160,7 +174,7 @@ def translate(pat: bytes, *, pathname: bool = True) -> bytes | None:
             whole = (
                 pathname
                 and j - i >= 2
-                and (i == 0 or pat[i - 1] == _SLASH)
+                and (i in (0, start) or pat[i - 1] == _SLASH)
                 and (j == n or pat[j] == _SLASH or pat[j : j + 2] == b"\\/")
             )
             if not whole:
@@ -251,7 +265,8 @@ def parse(data: bytes, base: bytes = b"", name: str = "") -> PatternList:
             body = translate(text, pathname=False)
             source = None if body is None else prefix + b"(?:.*/)?" + body
         else:
-            body = translate(text[1:] if text.startswith(b"/") else text)
+            text = text[1:] if text.startswith(b"/") else text
+            body = translate(text, start=literal_prefix(text))
             source = None if body is None else prefix + body
         if source is not None:
             out.append(Pattern(line, negative, dir_only, source))
