@@ -118,6 +118,10 @@ class SessionTaskPorts:
     async def check_image(self, policy: Policy) -> None:
         await self._svc.check_image(policy)
 
+    async def check_workspace(self) -> None:
+        if self._workspace is not None:
+            await self._workspace.check()
+
     async def prepare(self, policy: Policy) -> None:
         if self._workspace is not None:
             await self._workspace.ensure_volume()

@@ -164,13 +164,19 @@ class Workspace:
             )
         return found
 
+    async def check(self) -> None:
+        """Before every task's command (a warm container's too): the project is still where
+        it was (WorkspaceMoved otherwise), and in ``rw`` mode the repositories tasks created
+        since are renamed out of the host git's way."""
+        await self._run(self.verify)
+        if self.plan.mode == "rw":
+            await self._run(self.repositories.sweep)
+
     async def ensure_volume(self) -> None:
         """Before every task's container: check the project (WorkspaceMoved when its path
         now leads elsewhere; the engine resolves the bind source or the overlay's lower by
         path when it mounts) and, in overlay mode, make the volume once."""
-        await self._run(self.verify)
-        if self.plan.mode == "rw":
-            await self._run(self.repositories.sweep)
+        await self.check()
         if self.plan.mode != "overlay":
             return
         async with self._lock:

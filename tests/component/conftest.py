@@ -87,6 +87,7 @@ class Runtime:
         self.state_dir = state_dir
         self.policies_dir = policies_dir
         self.opened: list[Supervisor] = []
+        self.workspace_roots: list[Path] = []
 
     async def supervisor(self, *, stop_tasks_on_close: bool = True) -> Supervisor:
         sup = Supervisor(
@@ -94,6 +95,7 @@ class Runtime:
             policies_dir=self.policies_dir,
             backend=self.engine.backend(),
             stop_tasks_on_close=stop_tasks_on_close,
+            workspace_roots=self.workspace_roots,
         )
         await sup.start()
         self.opened.append(sup)

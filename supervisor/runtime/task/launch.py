@@ -73,6 +73,8 @@ class Launcher:
         command, and re-adoption runs the command cold."""
         self.state.container_id = warm.container_id
         crash_point("pool_created")
+        # Made before earlier tasks ran: the workspace's checks are for now.
+        await self.preflight.check_workspace()
         try:
             await warm.stream.write(warm.payload(command))
             if not self.state.stdin_open:

@@ -65,6 +65,12 @@ class Preflight(Protocol):
         (when the policy has one) and its workspace's volume (overlay mode)."""
         ...
 
+    async def check_workspace(self) -> None:
+        """Right before a command runs (a warm container's too, made earlier): raise
+        WorkspaceMoved when the project's path now leads elsewhere, and put the
+        repositories earlier tasks created out of the host git's way (``rw``)."""
+        ...
+
 
 class Watchable(Protocol):
     """A task as the stall watcher sees it (read-only, plus reporting a stall)."""
