@@ -434,7 +434,7 @@ class RawDocker:
             eff=eff,
             labels={TEST_LABEL: str(PID), LABEL_PREFIX + "bench": "raw"},
             network="none",
-            workspace=None,
+            workspace=(),
         )
         return request_to_config(req), name
 

@@ -129,10 +129,14 @@ async def test_ws_planted_git_symlink_is_never_bound(ws_arena: Arena) -> None:
     (project / "a.txt").write_text("a\n")
     chown_tree(project)
     for target in (str(outside), "/var/run/docker.sock"):
+        # A task cannot plant the link: a project without a repository gets an empty
+        # read-only guard where ``.git`` would be.
         async with _session(arena, "plant", project, "rw") as planter:
             status, out = await _run(planter, arena.policy, f"ln -sfn {target} .git && echo ok")
-            assert status == "completed" and "ok" in out, out
-        assert (project / ".git").is_symlink()
+            assert status == "failed" and "Read-only file system" in out, out
+        assert not (project / ".git").is_symlink(), "a task planted .git"
+        # Planted another way (an earlier version, another tool): still never bound.
+        (project / ".git").symlink_to(target)
         async with _session(arena, "victim", project, "rw") as victim:
             status, out = await _run(
                 victim,
