@@ -74,6 +74,7 @@ class Supervisor:
         end_timeout_s: float = 30.0,
         min_free_bytes: int = 32 * 1024 * 1024,
         workspace_retention_s: float = RETENTION_S,
+        engine_timeout_s: float | None = None,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
         self.policies = PolicySet.load(Path(policies_dir) if policies_dir is not None else None)
@@ -94,6 +95,9 @@ class Supervisor:
         self.orphan_grace_s = orphan_grace_s
         self.end_timeout_s = end_timeout_s
         self.min_free_bytes = min_free_bytes
+        #: The deadline of an engine call of the backend made here (None: from
+        #: SANDVISOR_ENGINE_TIMEOUT_S, else 30 s); a backend passed in keeps its own.
+        self.engine_timeout_s = engine_timeout_s
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandvisor-io")
         self._space = StateSpace(self.state_dir, min_free_bytes, self.io)
         #: wait_for scans: a pattern searched through hundreds of MB never holds up output
@@ -156,7 +160,7 @@ class Supervisor:
         if self._backend is None:
             from supervisor.engine.select import make_backend  # noqa: PLC0415 - optional dep
 
-            self._backend = make_backend(self._docker_host)
+            self._backend = make_backend(self._docker_host, engine_timeout=self.engine_timeout_s)
         if self.stall_watcher is None:
             self.stall_watcher = StallWatcher(self._backend, self.io)
         self._checks = EngineChecks(self._backend, self.policies)
