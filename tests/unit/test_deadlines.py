@@ -16,6 +16,7 @@ from supervisor.core.wire import from_wire
 from supervisor.engine.deadlines import KINDS, Deadlines, deadlines_for
 from supervisor.engine.fake import Exit, FakeEngine, Out, Script, WaitFor
 from supervisor.interfaces.mcp.texts import error_text
+from supervisor.tooling.doctor import DEADLOCK_NOTE, deadlock_prone
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]
 
@@ -123,3 +124,19 @@ def test_on_the_wire_and_in_mcp_it_stays_retryable() -> None:
     lines = error_text(back).splitlines()
     assert lines[0] == f"Error (engine_unresponsive): {exc}"
     assert lines[1:] == ["Retryable: nothing was started; call this tool again in a few seconds."]
+
+
+@pytest.mark.parametrize(
+    ("version", "prone"),
+    [
+        ("20.10.24+dfsg1", True),
+        ("20.10.5", True),
+        ("19.03.15", True),
+        ("23.0.1", False),
+        ("26.1.5+dfsg1", False),
+        ("fake", False),
+    ],
+)
+def test_doctor_names_the_engines_with_the_known_deadlocks(version: str, prone: bool) -> None:
+    assert deadlock_prone(version) is prone
+    assert "moby #46661, #44682" in DEADLOCK_NOTE

@@ -66,7 +66,12 @@ class EngineHealth(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     ok: bool
-    """True when the engine answers."""
+    """True when the engine answers and its operations complete (``state`` is ``up``)."""
+    state: Literal["up", "wedged", "down"]
+    """``wedged``: it takes connections but its operations do not complete in time (a
+    deadlocked engine); ``down``: it does not answer."""
+    detail: str | None = None
+    """Why it is not up (absent when it is)."""
 
 
 class PoolHealth(_Reply):
