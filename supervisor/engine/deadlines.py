@@ -36,6 +36,10 @@ T = TypeVar("T")
 ENGINE_TIMEOUT_S = 30.0
 #: A pull fetches an image from a registry: minutes are normal.
 PULL_TIMEOUT_S = 600.0
+#: ``alive`` (a ``/_ping``, sub-millisecond when the engine is well) is cut off here, below
+#: the backend's own bound (2 s), so that a ping taken and never answered (wedged) is told
+#: from one refused (down): only the first is a timeout.
+ALIVE_S = 1.5
 
 Kind = Literal[
     "ping",
@@ -120,8 +124,9 @@ class Deadlines:
         self.capabilities: EngineCapabilities = inner.capabilities
         self._ids = itertools.count()
         self._in_flight: dict[int, InFlight] = {}
-        #: kind -> (loop time, call) of its last timeout; cleared when one of it completes.
-        self._timeouts: dict[Kind, tuple[float, str]] = {}
+        #: kind -> (loop time, call, for how long it counts) of its last timeout; cleared
+        #: when a call of that kind completes.
+        self._timeouts: dict[Kind, tuple[float, str, float]] = {}
 
     # -- the watchdog's view -------------------------------------------------------------
 
@@ -129,18 +134,16 @@ class Deadlines:
         now = asyncio.get_running_loop().time()
         calls = sorted(self._in_flight.values(), key=lambda c: c.started)
         overdue = next((c for c in calls if now - c.started > c.deadline_s), None)
-        recent = [
-            (when, call)
-            for kind, (when, call) in self._timeouts.items()
-            if now - when < self.deadlines[kind]
-        ]
+        recent = [(when, call) for when, call, hold in self._timeouts.values() if now - when < hold]
         timed_out = max(recent)[1] if recent else None
         return CallHealth(calls[0] if calls else None, overdue, timed_out)
 
     # -- plumbing --------------------------------------------------------------------------
 
-    async def _bounded(self, kind: Kind, call: str, work: Awaitable[T]) -> T:
-        deadline = self.deadlines[kind]
+    async def _bounded(
+        self, kind: Kind, call: str, work: Awaitable[T], deadline: float | None = None
+    ) -> T:
+        deadline = self.deadlines[kind] if deadline is None else deadline
         loop = asyncio.get_running_loop()
         key = next(self._ids)
         self._in_flight[key] = InFlight(call, kind, loop.time(), deadline)
@@ -148,7 +151,8 @@ class Deadlines:
             async with asyncio.timeout(deadline):
                 result = await work
         except TimeoutError as exc:
-            self._timeouts[kind] = (loop.time(), call)
+            # Counts for as long as the call was given: then a new call may try again.
+            self._timeouts[kind] = (loop.time(), call, deadline)
             raise EngineUnresponsive(call, deadline) from exc
         finally:
             del self._in_flight[key]
@@ -161,8 +165,9 @@ class Deadlines:
         return await self._bounded("ping", "ping", self.inner.ping())
 
     async def alive(self) -> bool:
+        deadline = min(ALIVE_S, self.deadlines["ping"])
         try:
-            return await self._bounded("ping", "ping", self.inner.alive())
+            return await self._bounded("ping", "ping", self.inner.alive(), deadline)
         except EngineUnresponsive:
             return False
 

@@ -125,6 +125,9 @@ class EngineChecks:
         loop = asyncio.get_running_loop()
         if self._canary is None or self._canary.done():
             self._canary = asyncio.create_task(self._run_canary(), name="engine-canary")
+            # A hung canary may end between looks, or after the last one: its error is read
+            # here (or below), never left for asyncio to report.
+            self._canary.add_done_callback(_retrieve)
             self._canary_began = loop.time()
         canary = self._canary
         left = self._canary_began + canary_s - loop.time()
@@ -204,7 +207,9 @@ class EngineChecks:
             self._engine_ok = True
             self._state, self._why = "up", ""
             return
-        # No answer: refused (down), or taken and never answered (wedged)? The canary says.
+        # No answer: refused (down), or taken and never answered (wedged)? A ping that ran
+        # out of time says wedged (Deadlines keeps it); else the canary decides.
+        self._refuse_if_wedged()
         if self._watch is not None and await self.look() == "wedged":
             self._refuse_if_wedged()
         self.mark_engine_down("ping failed")
@@ -290,6 +295,11 @@ class EngineChecks:
                     f"image {policy.image!r} (policy {policy.name!r}) is not present on the "
                     f"engine and pulling it failed: {exc}"
                 ) from exc
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def missing_image_message(policy: Policy) -> str:
