@@ -101,7 +101,7 @@ async def test_a_start_on_a_wedged_engine_fails_within_the_deadline(
     await one_terminal_event_each(ses, ticker, task.task_id, again.task_id)
     for tid in (ticker, again.task_id):
         c = container(engine, tid)
-        await engine.changes.until(lambda c=c: c.removed)  # type: ignore[misc]
+        await engine.changes.until(lambda c=c: c.removed)
     if method == "start":
         # The failed task's container was created; it is removed, not left behind.
         c = container(engine, task.task_id)
