@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from supervisor.core.errors import (
         EngineUnavailable,
+        EngineUnresponsive,
         ImageMissing,
         LimitExceeded,
         PolicyError,
@@ -57,6 +58,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
         name: ("supervisor.core.errors", name)
         for name in (
             "EngineUnavailable",
+            "EngineUnresponsive",
             "ImageMissing",
             "LimitExceeded",
             "PolicyError",
@@ -109,6 +111,7 @@ __all__ = [
     "BaseEvent",
     "CallbackSink",
     "EngineUnavailable",
+    "EngineUnresponsive",
     "Event",
     "EventsGap",
     "ImageMissing",

@@ -130,6 +130,7 @@ class PrivateEngine:
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
         self._bridge_up = False
+        self.frozen = False
         self._write_config()
 
     def __str__(self) -> str:
@@ -235,6 +236,19 @@ class PrivateEngine:
             proc.kill()
             proc.wait(timeout=10)
 
+    def freeze(self) -> None:
+        """SIGSTOP this dockerd (only it): a wedged engine. Its socket still takes
+        connections (the kernel queues them) but nothing answers; its containers run on."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+            self.frozen = True
+
+    def thaw(self) -> None:
+        """SIGCONT after :meth:`freeze`."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+        self.frozen = False
+
     def restart(self) -> None:
         """Stop and start again on the same data root (live-restore decides what survives)."""
         self.stop()
@@ -285,6 +299,8 @@ class PrivateEngine:
         and the bridge. Only processes of this engine are signalled: this dockerd by its pid,
         then any containerd or shim whose command line names this engine's unique folder."""
         try:
+            if self.frozen:  # a test that failed while the engine was stopped
+                self.thaw()
             if self.proc is not None and self.proc.poll() is not None:
                 # Killed by the test and not restarted: start it once more so it can remove
                 # the containers it still has (live-restore keeps them running meanwhile).

@@ -116,6 +116,12 @@ class VolumeSummary(_Frozen):
     labels: dict[str, str]
 
 
+#: How the engine is doing: ``up`` (its operations complete), ``wedged`` (it takes
+#: connections but operations do not complete in time), ``down`` (it does not answer).
+EngineState = Literal["up", "wedged", "down"]
+ENGINE_STATES: tuple[EngineState, ...] = ("up", "wedged", "down")
+
+
 class EngineCapabilities(_Frozen):
     """What a backend can do beyond the Protocol's common ground; the runtime adapts."""
 

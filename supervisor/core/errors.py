@@ -28,6 +28,8 @@ class SupervisorError(Exception):
 
     code: str = "supervisor_error"
     status: int = 500
+    retryable: bool = False
+    """True when the same call may succeed unchanged a little later (nothing was done)."""
     body: Mapping[str, Any] = MappingProxyType({})
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -193,6 +195,36 @@ class EngineUnavailable(SupervisorError, ConnectionError):
 
     code = "engine_unavailable"
     status = 503
+
+
+class EngineUnresponsive(EngineUnavailable):
+    """The engine takes connections but an operation did not complete within its deadline
+    (a wedged engine, e.g. the libnetwork deadlocks of Docker 20.10). Retryable: the same
+    call may succeed once the engine answers again; nothing was started by this call."""
+
+    code = "engine_unresponsive"
+    status = 503
+    retryable = True
+
+    def __init__(self, call: str, deadline_s: float, message: str | None = None) -> None:
+        super().__init__(
+            message
+            or f"the Docker engine did not complete {call} within its {deadline_s:g} s "
+            "deadline (it accepts connections but does not answer: wedged); retry later"
+        )
+        self.call = call
+        self.deadline_s = deadline_s
+
+    @classmethod
+    def _rebuild(cls, message: str, detail: Mapping[str, Any], known: Mapping[str, str]) -> Any:
+        try:
+            deadline = float(detail.get("deadline_s") or 0.0)
+        except (TypeError, ValueError):
+            deadline = 0.0
+        return cls(str(detail.get("call") or ""), deadline, message)
+
+    def wire_detail(self) -> dict[str, Any]:
+        return {"call": self.call, "deadline_s": self.deadline_s, "retryable": True}
 
 
 class ImageMissing(SupervisorError, LookupError):

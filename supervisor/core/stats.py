@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from supervisor.core.container import EngineState
 from supervisor.core.events import BaseEvent, Event, EventsGap, TaskStarted, TaskStopped
 
 #: Which way a task's command got running: a container created for it, or a warm one.
@@ -112,11 +113,14 @@ class MetricsSnapshot:
     sink_lag_events: int
     """Events logged but not yet delivered by the sink furthest behind (0 without sinks)."""
     engine_up: bool
-    """Whether the container engine answered."""
+    """Whether the container engine answered (and is not wedged)."""
     pool_ready: Mapping[str, int]
     """Policy -> warm containers ready to take a command (every scope summed)."""
     sessions_open: int
     """Sessions open now."""
+    engine_state: EngineState = "up"
+    """``up``, ``wedged`` (it takes connections, its operations do not complete) or
+    ``down`` (runtime/engine_checks.py)."""
 
 
 class RuntimeStats:
@@ -164,6 +168,7 @@ class RuntimeStats:
         pool_ready: Mapping[str, int],
         sessions_open: int,
         policies: Iterable[str] = (),
+        engine_state: EngineState | None = None,
     ) -> MetricsSnapshot:
         """The counters as they are now, with the gauges the caller read (copies: the
         snapshot does not change when the counters move on). ``policies``: names whose
@@ -183,4 +188,5 @@ class RuntimeStats:
             engine_up=engine_up,
             pool_ready=dict(pool_ready),
             sessions_open=sessions_open,
+            engine_state=engine_state or ("up" if engine_up else "down"),
         )

@@ -1,14 +1,18 @@
 """Is the engine there, and can it run what a policy asks for? Liveness with reconnects,
-the registered runtimes (runsc probed once: registered is not the same as working), and
-whether a policy's image is present (short caches: these sit on every task start)."""
+a watchdog telling a wedged engine (it takes connections, its operations never complete)
+from one that is up or down, the registered runtimes (runsc probed once: registered is
+not the same as working), and whether a policy's image is present (short caches: these
+sit on every task start)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
+from supervisor.core.container import EngineState
 from supervisor.core.errors import (
     EngineUnavailable,
+    EngineUnresponsive,
     ImageMissing,
     PolicyError,
     RuntimeUnavailable,
@@ -17,12 +21,20 @@ from supervisor.core.errors import (
 from supervisor.core.logs import get_logger
 from supervisor.core.policy import Policy, PolicySet
 from supervisor.engine.base import Backend
+from supervisor.engine.deadlines import Deadlines
 from supervisor.engine.probe import probe_runtime
 
 log = get_logger("supervisor.engine_checks")
 
 _RUNTIME_CACHE_S = 30.0
 _IMAGE_CACHE_S = 10.0
+#: The watchdog's canary: a listing no container matches (cheap on any engine) that goes
+#: through the engine's container store, where a deadlocked engine blocks.
+CANARY_LABEL = "io.sandvisor.canary"
+#: A canary not done within this is a wedged engine.
+CANARY_S = 3.0
+#: How often the watchdog looks.
+WATCH_EVERY_S = 1.0
 
 
 class EngineChecks:
@@ -39,6 +51,14 @@ class EngineChecks:
         self._images: dict[str, tuple[float, str | None]] = {}
         self._pulls: dict[str, asyncio.Lock] = {}
         self._closed = False
+        #: The watchdog's last verdict, and why when it is not ``up``.
+        self._state: EngineState = "down"
+        self._why = "not checked yet"
+        self._canary: asyncio.Task[None] | None = None
+        self._canary_began = 0.0
+        self._watch: asyncio.Task[None] | None = None
+        #: The calls in flight and recent timeouts, when the backend keeps them.
+        self._calls = backend if isinstance(backend, Deadlines) else None
 
     async def first_ping(self) -> bool:
         """At start: whether the engine answers (if not, keep trying in the background)."""
@@ -48,11 +68,19 @@ class EngineChecks:
             self._start_reconnect()
             return False
         self._engine_ok = True
+        self._state, self._why = "up", ""
         return True
+
+    def start_watch(self, every_s: float = WATCH_EVERY_S, canary_s: float = CANARY_S) -> None:
+        """Look at the engine every ``every_s`` from now on (see :meth:`look`)."""
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.create_task(
+                self._watch_loop(every_s, canary_s), name="engine-watch"
+            )
 
     async def aclose(self) -> None:
         self._closed = True
-        for task in (self._reconnect, self._runsc_probe):
+        for task in (self._reconnect, self._runsc_probe, self._watch, self._canary):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -63,6 +91,77 @@ class EngineChecks:
         return self._engine_ok
 
     @property
+    def engine_state(self) -> EngineState:
+        """``up``, ``wedged`` or ``down``: the watchdog's last look, made ``wedged`` at once
+        by a call that ran out of time or is overdue meanwhile."""
+        return "wedged" if self._hang() is not None else self._state
+
+    @property
+    def engine_state_detail(self) -> str:
+        """Why the engine is not up ("" when it is)."""
+        return self._hang() or self._why
+
+    def _hang(self) -> str | None:
+        """A call of the supervisor's own that shows the engine hangs, or the watchdog's."""
+        if self._calls is not None:
+            health = self._calls.health()
+            if health.overdue is not None:
+                late = health.overdue
+                return f"{late.call} is still running past its {late.deadline_s:g} s deadline"
+            if health.timed_out is not None:
+                return f"{health.timed_out} did not complete within its deadline"
+        return self._why if self._state == "wedged" else None
+
+    async def _watch_loop(self, every_s: float, canary_s: float) -> None:
+        while not self._closed:
+            await self.look(canary_s)
+            await asyncio.sleep(every_s)
+
+    async def look(self, canary_s: float = CANARY_S) -> EngineState:
+        """One look: the canary (a container listing) must complete within ``canary_s``;
+        refused is ``down``, not done in time ``wedged``, done ``up`` (unless a call of
+        ours shows a hang). One canary at a time: a hung one is waited on, not repeated
+        (a thread of the engine client stays blocked with each)."""
+        loop = asyncio.get_running_loop()
+        if self._canary is None or self._canary.done():
+            self._canary = asyncio.create_task(self._run_canary(), name="engine-canary")
+            # A hung canary may end between looks, or after the last one: its error is read
+            # here (or below), never left for asyncio to report.
+            self._canary.add_done_callback(_retrieve)
+            self._canary_began = loop.time()
+        canary = self._canary
+        left = self._canary_began + canary_s - loop.time()
+        await asyncio.wait([canary], timeout=max(0.0, left))
+        state: EngineState
+        if not canary.done():
+            age = loop.time() - self._canary_began
+            state, why = "wedged", f"a container listing has not completed in {age:.1f} s"
+        elif (exc := canary.exception()) is not None:
+            if isinstance(exc, EngineUnresponsive):
+                state, why = "wedged", str(exc)
+            else:
+                state, why = "down", str(exc)
+        else:
+            state, why = "up", ""
+        self._set_state(state, why)
+        return self.engine_state
+
+    async def _run_canary(self) -> None:
+        await self.backend.list_labeled(CANARY_LABEL)
+
+    def _set_state(self, state: EngineState, why: str) -> None:
+        if state != self._state:
+            log_at = log.info if state == "up" else log.warning
+            log_at("engine_state", state=state, was=self._state, why=why)
+        self._state, self._why = state, why
+        if state == "up":
+            if not self._engine_ok:
+                log.info("engine_back")
+            self._engine_ok = True
+        else:
+            self._engine_ok = False
+
+    @property
     def engine_info(self) -> dict[str, str]:
         return dict(self._engine_info)
 
@@ -70,6 +169,8 @@ class EngineChecks:
         if self._engine_ok:
             log.warning("engine_down", error=why)
         self._engine_ok = False
+        if self._state != "wedged":  # a wedged engine does not answer either
+            self._state, self._why = "down", why
         self._start_reconnect()
 
     def _start_reconnect(self) -> None:
@@ -85,22 +186,48 @@ class EngineChecks:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
                 continue
+            if self._state == "wedged":
+                # It answers a ping but its operations hang: the watchdog says when it is up.
+                return
             self._engine_ok = True
+            self._state, self._why = "up", ""
             log.info("engine_back", **self._engine_info)
             return
 
     async def ensure_engine(self) -> None:
         """Fail fast with EngineUnavailable when the engine does not answer (a sub-millisecond
-        ``/_ping`` on its own connection, bounded at 2 s)."""
+        ``/_ping`` on its own connection, bounded at 2 s), and at once with
+        EngineUnresponsive while it is wedged (nothing would complete: a start would only
+        hang until its deadline)."""
+        self._refuse_if_wedged()
         if await self.backend.alive():
+            self._refuse_if_wedged()
             if not self._engine_ok:
-                self._engine_ok = True
                 log.info("engine_back")
+            self._engine_ok = True
+            self._state, self._why = "up", ""
             return
+        # No answer: refused (down), or taken and never answered (wedged)? A ping that ran
+        # out of time says wedged (Deadlines keeps it); else the canary decides.
+        self._refuse_if_wedged()
+        if self._watch is not None and await self.look() == "wedged":
+            self._refuse_if_wedged()
         self.mark_engine_down("ping failed")
         raise EngineUnavailable(
             "the Docker engine does not answer; start it with `make engine` "
             "(or point DOCKER_HOST at one)"
+        )
+
+    def _refuse_if_wedged(self) -> None:
+        why = self._hang()
+        if why is None:
+            return
+        deadline = self._calls.deadlines["start"] if self._calls is not None else CANARY_S
+        raise EngineUnresponsive(
+            "start",
+            deadline,
+            f"the Docker engine is wedged ({why}): it takes connections but its operations "
+            "do not complete, so nothing was started; retry later",
         )
 
     async def runtimes(self) -> set[str]:
@@ -168,6 +295,11 @@ class EngineChecks:
                     f"image {policy.image!r} (policy {policy.name!r}) is not present on the "
                     f"engine and pulling it failed: {exc}"
                 ) from exc
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def missing_image_message(policy: Policy) -> str:

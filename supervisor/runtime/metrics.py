@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from supervisor.core.container import EngineState
 from supervisor.core.policy import Policy
 from supervisor.core.stats import MetricsSnapshot, RuntimeStats
 from supervisor.runtime.pool import Pools
@@ -15,8 +16,9 @@ def live_metrics(
     sessions: Sequence[Session],
     pools: Pools,
     policies: Sequence[Policy],
-    *,
     engine_up: bool,
+    *,
+    engine_state: EngineState | None = None,
 ) -> MetricsSnapshot:
     """A snapshot: a walk over the open sessions and pools, done only when asked (a
     Prometheus scrape), so nothing is kept up to date between scrapes. Every policy's
@@ -26,7 +28,9 @@ def live_metrics(
     return stats.snapshot(
         tasks_running=sum(s.running_count() for s in sessions),
         sink_lag_events=max((s.event_log.sink_lag() for s in sessions), default=0),
-        engine_up=engine_up,
+        # Up only when it answers and is not wedged.
+        engine_up=engine_up and engine_state in (None, "up"),
+        engine_state=engine_state,
         pool_ready={**pooled, **pools.ready()},
         sessions_open=len(sessions),
         policies=[p.name for p in policies],

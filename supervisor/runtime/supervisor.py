@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from supervisor.core.container import EngineState
 from supervisor.core.errors import (
     EngineUnavailable,
     PolicyError,
@@ -74,6 +75,7 @@ class Supervisor:
         end_timeout_s: float = 30.0,
         min_free_bytes: int = 32 * 1024 * 1024,
         workspace_retention_s: float = RETENTION_S,
+        engine_timeout_s: float | None = None,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
         self.policies = PolicySet.load(Path(policies_dir) if policies_dir is not None else None)
@@ -94,6 +96,8 @@ class Supervisor:
         self.orphan_grace_s = orphan_grace_s
         self.end_timeout_s = end_timeout_s
         self.min_free_bytes = min_free_bytes
+        #: Engine call deadline of a backend made here (None: engine/select.py's default).
+        self.engine_timeout_s = engine_timeout_s
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandvisor-io")
         self._space = StateSpace(self.state_dir, min_free_bytes, self.io)
         #: wait_for scans: a pattern searched through hundreds of MB never holds up output
@@ -156,7 +160,7 @@ class Supervisor:
         if self._backend is None:
             from supervisor.engine.select import make_backend  # noqa: PLC0415 - optional dep
 
-            self._backend = make_backend(self._docker_host)
+            self._backend = make_backend(self._docker_host, engine_timeout=self.engine_timeout_s)
         if self.stall_watcher is None:
             self.stall_watcher = StallWatcher(self._backend, self.io)
         self._checks = EngineChecks(self._backend, self.policies)
@@ -195,6 +199,7 @@ class Supervisor:
                 self.live_restore = await self._backend.live_restore()
             except SupervisorError as exc:
                 log.warning("live_restore_unknown", error=str(exc), assumed=self.live_restore)
+        self._checks.start_watch()
         await restore_sessions(self.store, self.open_session)
         if self.engine_ok:
             # What the last run left unbound (warm containers, unrecorded creates) goes now,
@@ -252,6 +257,11 @@ class Supervisor:
         return self._checks is not None and self._checks.engine_ok
 
     @property
+    def engine_state(self) -> EngineState:
+        """``up``, ``wedged`` or ``down`` (the watchdog's, runtime/engine_checks.py)."""
+        return self._checks.engine_state if self._checks is not None else "down"
+
+    @property
     def engine_info(self) -> dict[str, str]:
         return self._checks.engine_info if self._checks is not None else {}
 
@@ -270,7 +280,8 @@ class Supervisor:
     def metrics(self) -> MetricsSnapshot:
         """Counters since start and gauges as of now (runtime/metrics.py)."""
         sessions, policies = self.sessions(), self.policies.all()
-        return live_metrics(self.stats, sessions, self.pools, policies, engine_up=self.engine_ok)
+        up, state = self.engine_ok, self.engine_state
+        return live_metrics(self.stats, sessions, self.pools, policies, up, engine_state=state)
 
     # -- labels and orphans ----------------------------------------------------------
 

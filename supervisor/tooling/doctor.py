@@ -63,12 +63,35 @@ async def _check_engine(backend: Backend) -> Check:
             # Only for this host's own engine: another DOCKER_HOST is someone else's to start.
             fix="sudo systemctl start docker" if host == f"unix://{DEFAULT_SOCKET}" else None,
         )
-    return Check(
-        name="engine",
-        status="ok",
-        detail=f"Docker {info['version']} (API {info['api_version']}) at {host}",
-        facts={"host": host, "reachable": True, **info},
-    )
+    detail = f"Docker {info['version']} (API {info['api_version']}) at {host}"
+    facts = {"host": host, "reachable": True, **info}
+    if deadlock_prone(info["version"]):
+        return Check(
+            name="engine",
+            status="warn",
+            detail=f"{detail}: {DEADLOCK_NOTE}",
+            facts={**facts, "known_deadlocks": True},
+        )
+    return Check(name="engine", status="ok", detail=detail, facts=facts)
+
+
+#: What doctor says about a Docker 20.10 (or older) engine.
+DEADLOCK_NOTE = (
+    "known libnetwork deadlocks exist in this engine (moby #46661, #44682): creating and "
+    "removing containers at once can wedge it until it is restarted; newer engines fix them "
+    "(Debian 13's docker.io is 26.1.5, or Docker's own repository; see the README)"
+)
+
+
+def deadlock_prone(version: str) -> bool:
+    """Whether an engine of this version has the libnetwork deadlocks of 20.10 (it, or older:
+    both past their end of life). Unparsable versions are given the benefit of the doubt."""
+    parts = version.split("+", 1)[0].split("-", 1)[0].split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return False
+    return (major, minor) <= (20, 10)
 
 
 async def _check_runtime(

@@ -105,7 +105,7 @@ def test_metrics_need_the_admin_token(daemon: Daemon) -> None:
         assert tcp.get("/metrics").status_code == 401
         r = tcp.get("/metrics", headers={"Authorization": f"Bearer {daemon.token}"})
         assert r.status_code == 200
-        assert "sandvisor_engine_up 1.0" in r.text
+        assert 'sandvisor_engine_up{state="up"} 1.0' in r.text
         # Prometheus asks for OpenMetrics first; the answer then is OpenMetrics.
         r = tcp.get(
             "/metrics",
@@ -124,7 +124,7 @@ def test_metrics_count_the_tasks_this_test_ran(daemon: Daemon) -> None:
         first = scrape(c)
         for name in NAMES:
             assert any(n == name for n, _ in first), f"{name} missing"
-        assert value(first, "sandvisor_engine_up") == 1
+        assert value(first, "sandvisor_engine_up", state="up") == 1
         assert value(first, "sandvisor_sessions_open") == 0
         assert value(first, "sandvisor_tasks_ended_total", reason="exit") == 0
 
@@ -162,7 +162,7 @@ def test_metrics_count_the_tasks_this_test_ran(daemon: Daemon) -> None:
         m = scrape(c)
     assert value(m, "sandvisor_tasks_running") == 0
     assert value(m, "sandvisor_sessions_open") == 0
-    assert value(m, "sandvisor_engine_up") == 1
+    assert value(m, "sandvisor_engine_up", state="up") == 1
     # Started: the tasks whose command ran, by policy (the missing image never ran).
     assert value(m, "sandvisor_tasks_started_total", policy="fast") == 4
     assert value(m, "sandvisor_tasks_started_total", policy="strict") == 1

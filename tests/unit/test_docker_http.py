@@ -129,3 +129,72 @@ async def test_stream_body_yields_blocks_and_names_a_missing_container(sock: Pat
 async def test_no_engine_at_the_address_is_engine_unavailable(sock: Path) -> None:
     with pytest.raises(EngineUnavailable, match="cannot connect"):
         await exchange(Endpoint(f"unix://{sock}"), "", "GET", "/_ping")
+
+
+class _BrokenWriter:
+    """A connection whose write side fails as a stopped engine's does."""
+
+    def __init__(self, error: OSError) -> None:
+        self.error = error
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    async def drain(self) -> None:
+        raise self.error
+
+    def close(self) -> None:
+        pass
+
+    async def wait_closed(self) -> None:
+        pass
+
+
+class _OkWriter(_BrokenWriter):
+    async def drain(self) -> None:
+        pass
+
+
+class _Stubbed(Endpoint):
+    """An endpoint whose connection is given: a reader and a writer made to fail."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: _BrokenWriter) -> None:
+        super().__init__("unix:///nowhere.sock")
+        self._pair = (reader, writer)
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return self._pair  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ConnectionResetError(104, "reset"),
+        BrokenPipeError(32, "pipe"),
+        TimeoutError(110, "timed out"),
+    ],
+)
+async def test_an_engine_stopping_while_the_request_is_sent_is_engine_unavailable(
+    error: OSError,
+) -> None:
+    endpoint = _Stubbed(asyncio.StreamReader(), _BrokenWriter(error))
+    with pytest.raises(EngineUnavailable, match="engine dropped POST /containers/c/wait") as got:
+        await exchange(endpoint, "", "POST", "/containers/c/wait")
+    assert got.value.__cause__ is error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ConnectionResetError(104, "reset"), ConnectionRefusedError(111, "refused"), TimeoutError()],
+)
+async def test_an_engine_stopping_while_the_answer_is_read_is_engine_unavailable(
+    error: OSError,
+) -> None:
+    reader = asyncio.StreamReader()
+    reader.feed_data(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf")
+    # The head and part of the body arrive; the rest never does: the connection fails
+    # once the reader waits for more (the first time it yields to the loop).
+    asyncio.get_running_loop().call_soon(reader.set_exception, error)
+    with pytest.raises(EngineUnavailable, match="engine dropped POST /containers/c/wait") as got:
+        await exchange(_Stubbed(reader, _OkWriter(error)), "", "POST", "/containers/c/wait")
+    assert got.value.__cause__ is error

@@ -38,6 +38,7 @@ DAEMON_CODES: dict[str, type[SupervisorError]] = {
     "invalid_spec": SpecError,
     "limit_exceeded": errors.LimitExceeded,
     "engine_unavailable": errors.EngineUnavailable,
+    "engine_unresponsive": errors.EngineUnresponsive,
     "image_missing": errors.ImageMissing,
     "runtime_unavailable": errors.RuntimeUnavailable,
     "state_storage_error": errors.StateStorageError,

@@ -26,6 +26,7 @@ from supervisor.core.resync import (
     split_stamp,
 )
 from supervisor.engine.base import AttachedStream, Backend
+from supervisor.engine.deadlines import Deadlines
 from supervisor.engine.docker import DockerBackend
 from supervisor.engine.fake import (
     Copier,
@@ -101,11 +102,11 @@ def joined(segments: list[Segment], stream: int | None = None) -> bytes:
 # -- the Protocol ------------------------------------------------------------------------
 
 
-def test_fake_docker_and_swarm_backends_have_the_protocols_methods() -> None:
+def test_every_backend_and_the_deadlines_wrapper_have_the_protocols_methods() -> None:
     members = [n for n in dir(Backend) if not n.startswith("_") and callable(getattr(Backend, n))]
     assert "host_pids" not in members
     assert "connect_network" not in members
-    for cls in (FakeBackend, DockerBackend, SwarmBackend):
+    for cls in (FakeBackend, DockerBackend, SwarmBackend, Deadlines):
         for name in members:
             ours = inspect.signature(getattr(cls, name))
             assert (

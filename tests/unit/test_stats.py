@@ -301,7 +301,7 @@ def test_collector_output_parses_with_every_name() -> None:
     assert value("sandvisor_events_total", type="task.started") == 2
     assert value("sandvisor_output_bytes_total") == 1234
     assert value("sandvisor_sink_lag_events") == 7
-    assert value("sandvisor_engine_up") == 1
+    assert value("sandvisor_engine_up", state="up") == 1
     assert value("sandvisor_pool_ready", policy="default") == 2
     assert value("sandvisor_sessions_open") == 3
     assert value("sandvisor_task_start_seconds_count", path="cold") == 1

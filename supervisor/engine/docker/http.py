@@ -8,7 +8,7 @@ import contextlib
 import urllib.parse
 from collections.abc import AsyncIterator
 
-from supervisor.core.errors import EngineError, EngineUnavailable
+from supervisor.core.errors import EngineError, EngineUnavailable, SupervisorError
 from supervisor.engine.endpoint import READ_SIZE, Endpoint
 
 
@@ -102,14 +102,22 @@ async def open_request(
     endpoint: Endpoint, api_prefix: str, method: str, path: str, body: bytes | None = None
 ) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
     """A plain request (a JSON ``body``, or none) sent on its own connection, closed
-    afterwards."""
+    afterwards. The engine going away at any point (refused, reset, a broken pipe, a
+    socket timeout, an answer cut short) is EngineUnavailable, never a raw OSError: callers
+    ride out outages by that one type."""
     reader, writer = await endpoint.connect()
     try:
-        writer.write(plain_request(method, f"{api_prefix}{path}", body))
-        await writer.drain()
+        try:
+            writer.write(plain_request(method, f"{api_prefix}{path}", body))
+            await writer.drain()
+        except OSError as exc:
+            raise EngineUnavailable(f"engine dropped {method} {path}: {exc}") from exc
         try:
             yield reader, writer
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+        except SupervisorError:
+            raise
+        except (asyncio.IncompleteReadError, OSError) as exc:
+            # OSError: ConnectionError (refused, reset, broken pipe) and TimeoutError too.
             raise EngineUnavailable(f"engine dropped {method} {path}: {exc}") from exc
     finally:
         writer.close()

@@ -94,6 +94,7 @@ class FakeEngine:
         self._rules: list[tuple[Match, ScriptSource]] = []
         self._failures: dict[str, list[SupervisorError]] = {}
         self._hangs: dict[str, list[asyncio.Event]] = {}
+        self._wedged: dict[str, asyncio.Event] = {}
         self._ids = itertools.count(1)
 
     async def __aenter__(self) -> FakeEngine:
@@ -171,6 +172,15 @@ class FakeEngine:
         self._hangs.setdefault(method, []).append(release)
         return release
 
+    def wedge(self, *methods: str) -> asyncio.Event:
+        """A wedged engine: from now on every call of ``methods`` (e.g. ``"create"``) is
+        taken and never completes, until the returned event is set; then the held calls
+        go on and new ones complete again."""
+        release = asyncio.Event()
+        for method in methods:
+            self._wedged[method] = release
+        return release
+
     def vanish(self, key: str) -> None:
         """The container disappears without an exit (inspect says None, wait fails)."""
         c = self.container(key)
@@ -210,6 +220,11 @@ class FakeEngine:
         hangs = self._hangs.get(method)
         if hangs:
             await hangs.pop(0).wait()
+        wedge = self._wedged.get(method)
+        if wedge is not None:
+            await wedge.wait()
+            if self._wedged.get(method) is wedge:
+                del self._wedged[method]
         if self.down:
             raise EngineUnavailable(f"{method}: the Docker engine does not answer (fake: down)")
         failures = self._failures.get(method)

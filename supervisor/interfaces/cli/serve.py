@@ -133,6 +133,14 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         metavar="DURATION",
         help=f"a request's body must arrive within this (default {BODY_TIMEOUT_S:g}s)",
     )
+    p.add_argument(
+        "--engine-timeout",
+        type=duration_s,
+        default=None,
+        metavar="DURATION",
+        help="deadline of every engine call; past it the call fails with engine_unresponsive "
+        "(default: $SANDVISOR_ENGINE_TIMEOUT_S, else 30s)",
+    )
     p.set_defaults(func=run)
 
 
@@ -167,5 +175,6 @@ def run(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         header_timeout_s=args.header_timeout,
         body_timeout_s=args.body_timeout,
+        engine_timeout_s=args.engine_timeout,
     )
     return main_serve(settings)

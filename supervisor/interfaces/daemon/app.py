@@ -160,8 +160,9 @@ def _health_routes(app: FastAPI, sup: Supervisor, auth: Auth) -> None:
     async def healthz(request: Request) -> JSONResponse:
         """Liveness for anyone: ``{"ok": true}``, 200, whenever the daemon answers (it
         neither asks the engine nor says anything about it, the sessions or the tasks).
-        With the admin token (``Authorization: Bearer``): engine state (versions) and load,
-        200 when the engine answers, 503 otherwise."""
+        With the admin token (``Authorization: Bearer``): engine state (``up``, ``wedged``:
+        it takes connections but its operations do not complete, ``down``), versions and
+        load; 200 when the engine is up, 503 otherwise."""
         who = auth.check(bearer_token(request.headers.get("authorization")))
         if who is None or not who.admin:
             return JSONResponse({"ok": True})
@@ -171,9 +172,14 @@ def _health_routes(app: FastAPI, sup: Supervisor, auth: Auth) -> None:
             await sup.ensure_engine()
         except EngineUnavailable:
             ok = False
+        state = sup.engine_state
+        ok = ok and state == "up"
+        engine: dict[str, object] = {"ok": ok, "state": state, **sup.engine_info}
+        if state != "up":
+            engine["detail"] = sup.checks.engine_state_detail
         body = {
             "status": "ok" if ok else "degraded",
-            "engine": {"ok": ok, **sup.engine_info},
+            "engine": engine,
             "sessions": len(sup.sessions()),
             "running_tasks": sum(s.running_count() for s in sup.sessions()),
             "pool": {"containers": sum(ready.values()), "ready": ready},

@@ -110,11 +110,15 @@ class SupervisorCollector:
             "(0 without sinks); a sink more than sink_max_lag behind skips events.",
             value=s.sink_lag_events,
         )
-        yield GaugeMetricFamily(
+        engine = GaugeMetricFamily(
             "sandvisor_engine_up",
-            "1 when the container engine answers, 0 when it does not.",
-            value=1 if s.engine_up else 0,
+            "1 when the container engine answers and its operations complete, else 0; "
+            "state: up, wedged (it takes connections, its operations do not complete) or "
+            "down (it does not answer).",
+            labels=["state"],
         )
+        engine.add_metric([s.engine_state], 1 if s.engine_up else 0)
+        yield engine
         yield _labelled(
             GaugeMetricFamily(
                 "sandvisor_pool_ready",

@@ -66,7 +66,12 @@ class EngineHealth(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     ok: bool
-    """True when the engine answers."""
+    """True when the engine answers and its operations complete (``state`` is ``up``)."""
+    state: Literal["up", "wedged", "down"]
+    """``wedged``: it takes connections but its operations do not complete in time (a
+    deadlocked engine); ``down``: it does not answer."""
+    detail: str | None = None
+    """Why it is not up (absent when it is)."""
 
 
 class PoolHealth(_Reply):
@@ -339,7 +344,8 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     424: "The policy's image is missing (image_missing)",
     429: "The session runs as many tasks as its policy allows (limit_exceeded)",
     502: "The engine refused the operation (engine_error)",
-    503: "The engine or the policy's runtime is unavailable, or the listener is full "
-    "(engine_unavailable, runtime_unavailable, too_many_connections)",
+    503: "The engine or the policy's runtime is unavailable, the engine did not answer "
+    "within its deadline (retryable), or the listener is full (engine_unavailable, "
+    "engine_unresponsive, runtime_unavailable, too_many_connections)",
     507: "The state directory cannot be written (state_storage_error)",
 }

@@ -71,6 +71,10 @@ class DaemonSettings:
     """A request's line and headers must arrive within this many seconds."""
     body_timeout_s: float = BODY_TIMEOUT_S
     """A request's body must arrive within this many seconds of its headers."""
+    engine_timeout_s: float | None = None
+    """The deadline of every engine call (create, start, remove, ...); None:
+    ``SANDVISOR_ENGINE_TIMEOUT_S``, else 30 s. A call past it fails with
+    engine_unresponsive (retryable) instead of holding its caller."""
     ui: bool = False
     """Serve the dashboard on the loopback TCP listener (on ``UI_PORT``, or a free port,
     when ``listen`` names none) and print a one-time login link."""
@@ -255,6 +259,7 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
         sinks=factory,  # type: ignore[arg-type]
         workspace_roots=settings.workspace_roots,
         event_retention=settings.event_retention,
+        engine_timeout_s=settings.engine_timeout_s,
     )
     await sup.start()
     # The default policy's first start is warm too (its pool fills in the background).

@@ -193,6 +193,11 @@ def error_text(exc: SupervisorError) -> str:
         return f"Error ({exc.code}): the sandvisor daemon does not answer ({exc})"
     if isinstance(exc, DaemonError):
         return f"Error ({exc.code}): request to the sandvisor daemon failed ({exc})"
+    if exc.retryable:
+        return (
+            f"Error ({exc.code}): {exc}\n"
+            "Retryable: nothing was started; call this tool again in a few seconds."
+        )
     return f"Error ({exc.code}): {exc}"
 
 

@@ -95,21 +95,29 @@ class Supervision:
         while True:
             try:
                 return await self.backend.wait(cid)
-            except EngineUnavailable as exc:
+            except (EngineUnavailable, OSError) as exc:
+                # Engine away: refused, reset, timed out, or a raw socket error a backend
+                # let through. The task runs on (live-restore); wait again until it answers.
                 if not self.engine_outage:
                     self.log.warning("engine_unavailable_while_waiting", error=str(exc))
                 self.engine_outage = True
             except EngineError as exc:
-                state = None
                 try:
                     state = await self.backend.inspect(cid)
+                except (EngineUnavailable, OSError) as again:
+                    # The engine went away between the two calls: not a vanished container.
+                    self.log.info("inspect_after_wait_failed", error=str(again))
+                    self.engine_outage = True
                 except SupervisorError as again:
                     self.log.info("inspect_after_wait_failed", error=str(again))
-                if state is None:
                     self.log.warning("container_vanished", error=str(exc))
                     return None
-                if not state.running:
-                    return state
+                else:
+                    if state is None:
+                        self.log.warning("container_vanished", error=str(exc))
+                        return None
+                    if not state.running:
+                        return state
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -151,7 +159,7 @@ class Supervision:
         while not self.exited.is_set():
             try:
                 return await self.backend.inspect(cid)
-            except EngineUnavailable:
+            except (EngineUnavailable, OSError):
                 self.engine_outage = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
