@@ -57,7 +57,6 @@ class InvalidRequest(SpecError):
     ``fields`` names each bad field (``[{"field", "message"}]``)."""
 
     code = "invalid_request"
-    status = 422
 
     def __init__(
         self,

@@ -1,6 +1,7 @@
 """Errors on the wire: every error class registered by its ``code`` (the modules that define
 them are imported here, so the registry is whole), and a daemon's answer turned back into
-the same class. The daemon answers with ``exc.status`` and ``exc.to_wire()``."""
+the same class. The HTTP side of it (statuses, the client's ``from_wire``) is
+``supervisor.interfaces.http_errors``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from supervisor.core import (
     problems,  # noqa: F401 - registers InvalidRequest
     workspace_errors,  # noqa: F401 - registers the workspace errors
 )
-from supervisor.core.errors import _BY_CODE, HttpError, SupervisorError
+from supervisor.core.errors import _BY_CODE, SupervisorError
 
 
 def error_class(code: str) -> type[SupervisorError]:
@@ -42,22 +43,4 @@ def make_error(
         exc = SupervisorError(message)
     if exc.code != code:
         exc.code = code
-    return exc
-
-
-def from_wire(
-    body: object, status: int, *, task_id: str | None = None, session_id: str | None = None
-) -> SupervisorError:
-    """The error a daemon's answer ``{"error": {"code", "message", ...}}`` stands for, with
-    ``status`` and ``body`` set. ``task_id``/``session_id``: the ids the request named, for
-    errors whose body does not carry them. An answer that is not the API's JSON (a proxy's
-    error page) becomes :class:`HttpError`."""
-    detail = body.get("error") if isinstance(body, Mapping) else None
-    if not isinstance(detail, Mapping):
-        detail = {}
-    code = str(detail.get("code") or HttpError.code)
-    message = str(detail.get("message") or "") or f"the daemon answered HTTP {status}"
-    exc = make_error(code, message, detail, task_id=task_id, session_id=session_id)
-    exc.status = status
-    exc.body = dict(body) if isinstance(body, Mapping) else {}
     return exc

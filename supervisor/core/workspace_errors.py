@@ -23,7 +23,6 @@ class WorkspaceBusy(SupervisorError):
     """Apply, discard and undo need the session's tasks stopped: ``task_ids`` still run."""
 
     code = "workspace_busy"
-    status = 409
 
     def __init__(self, message: str, task_ids: Sequence[str] = ()) -> None:
         super().__init__(message)
@@ -42,7 +41,6 @@ class NoWorkspace(SupervisorError, LookupError):
     """The session was opened without a workspace: it has no changes to review."""
 
     code = "no_workspace"
-    status = 404
 
 
 class WorkspaceOutsideRoots(PolicyError):
@@ -71,7 +69,6 @@ class WorkspaceError(SupervisorError):
     that changed since it was listed)."""
 
     code = "workspace_error"
-    status = 409
 
 
 class WorkspaceConflict(PolicyError):
@@ -79,7 +76,6 @@ class WorkspaceConflict(PolicyError):
     since the apply (undo). ``paths`` names every one; nothing was written."""
 
     code = "workspace_conflict"
-    status = 409
 
     def __init__(self, paths: Sequence[str], what: str = "", *, message: str | None = None):
         self.paths = list(paths)
@@ -124,11 +120,9 @@ class WorkspaceMoved(PolicyError):
     """The project path now leads elsewhere (a symlink on the way, or another directory)."""
 
     code = "workspace_moved"
-    status = 409
 
 
 class NoBackup(WorkspaceError, LookupError):
     """``undo`` found no completed apply to undo."""
 
     code = "workspace_no_backup"
-    status = 404

@@ -18,10 +18,9 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from supervisor.core.errors import DaemonError, DaemonNotRunning
 from supervisor.core.paths import admin_token_file, daemon_socket
-from supervisor.core.wire import from_wire
 from supervisor.interfaces.http import Endpoint, Response
+from supervisor.interfaces.http_errors import DaemonError, DaemonNotRunning, from_wire
 
 if TYPE_CHECKING:
     from supervisor.core.models import TaskInfo

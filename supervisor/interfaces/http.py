@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from supervisor.core.errors import DaemonError, DaemonNotRunning
+from supervisor.interfaces.http_errors import DaemonError, DaemonNotRunning
 
 #: Largest response header block accepted (the daemon sends a few hundred bytes).
 MAX_HEADER_BYTES = 64 * 1024

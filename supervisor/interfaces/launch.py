@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from supervisor.core.errors import DaemonNotRunning
 from supervisor.core.paths import default_state_dir
 from supervisor.interfaces.client import SandvisorClient
+from supervisor.interfaces.http_errors import DaemonNotRunning
 
 __all__ = ["ensure_daemon"]
 

@@ -881,8 +881,9 @@ def check_openapi_is_exact(doc: dict[str, Any]) -> None:
 
 async def test_sandvisor_client_round_trip(daemon: Daemon) -> None:
     """The project's own async client (what the CLI and MCP server use) against the daemon."""
-    from supervisor.core.errors import TaskNotRunning, Unauthorized  # noqa: PLC0415
+    from supervisor.core.errors import TaskNotRunning  # noqa: PLC0415
     from supervisor.interfaces.client import SandvisorClient  # noqa: PLC0415
+    from supervisor.interfaces.http_errors import Unauthorized  # noqa: PLC0415
 
     async with SandvisorClient(socket_path=daemon.socket, token=daemon.token) as admin:
         assert (await admin.healthz())["engine"]["ok"] is True

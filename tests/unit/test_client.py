@@ -12,17 +12,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from supervisor.core.errors import (
+from supervisor.core.errors import SessionNotFound, TaskNotFound, TaskNotRunning
+from supervisor.interfaces.client import SandvisorClient
+from supervisor.interfaces.http import Endpoint
+from supervisor.interfaces.http_errors import (
     DaemonError,
     DaemonNotRunning,
     HttpError,
-    SessionNotFound,
-    TaskNotFound,
-    TaskNotRunning,
     Unauthorized,
+    status_of,
 )
-from supervisor.interfaces.client import SandvisorClient
-from supervisor.interfaces.http import Endpoint
 
 #: (method, path, query, body) -> raw HTTP answer.
 Handler = Callable[[str, str, dict[str, list[str]], bytes], bytes]
@@ -129,10 +128,10 @@ async def test_errors_come_back_as_their_classes(sock: Path) -> None:
         with pytest.raises(TaskNotRunning) as stopped:
             await client.stop("s", "bg-1")
         assert stopped.value.info.exit_code == 0
-        assert (stopped.value.status, stopped.value.body["error"]["task"]) == (409, ended)
+        assert (status_of(stopped.value), stopped.value.body["error"]["task"]) == (409, ended)
         with pytest.raises(TaskNotFound) as missing:
             await client.task("s", "bg-2")
-        assert (missing.value.task_id, missing.value.status) == ("bg-2", 404)
+        assert (missing.value.task_id, status_of(missing.value)) == ("bg-2", 404)
         with pytest.raises(SessionNotFound) as gone:
             await client.tasks("gone")
         assert gone.value.session_id == "gone"

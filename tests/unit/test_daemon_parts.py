@@ -8,21 +8,19 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from supervisor.core.errors import (
-    InputTooLarge,
-    MethodNotAllowed,
-    NotFound,
-    SessionNotFound,
-    SpecError,
-    SupervisorError,
-    TooManyConnections,
-    Unauthorized,
-)
+from supervisor.core.errors import SessionNotFound, SpecError, SupervisorError
 from supervisor.core.problems import InvalidRequest, field_problems
 from supervisor.interfaces.daemon.bodies import AckBody, InputBody, StartTask, check_unicode
 from supervisor.interfaces.daemon.connections import connection_cap, raw_response
 from supervisor.interfaces.daemon.errors import error_body, status_of
 from supervisor.interfaces.daemon.limits import MAX_INPUT_BYTES
+from supervisor.interfaces.http_errors import (
+    InputTooLarge,
+    MethodNotAllowed,
+    NotFound,
+    TooManyConnections,
+    Unauthorized,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -12,9 +12,9 @@ import pytest
 from supervisor.core.container import ContainerRequest
 from supervisor.core.errors import EngineUnavailable, EngineUnresponsive
 from supervisor.core.resolve import MERGE_PREFIX
-from supervisor.core.wire import from_wire
 from supervisor.engine.deadlines import KINDS, Deadlines, deadlines_for
 from supervisor.engine.fake import Exit, FakeEngine, Out, Script, WaitFor
+from supervisor.interfaces.http_errors import from_wire, status_of
 from supervisor.interfaces.mcp.texts import error_text
 from supervisor.tooling.doctor import DEADLOCK_NOTE, deadlock_prone
 
@@ -113,9 +113,9 @@ async def test_wait_has_no_deadline_and_logs_are_bounded_per_block(engine: FakeE
 
 def test_on_the_wire_and_in_mcp_it_stays_retryable() -> None:
     exc = EngineUnresponsive("create sandvisor-bg-1", 30.0)
-    back = from_wire(exc.to_wire(), exc.status)
+    back = from_wire(exc.to_wire(), status_of(exc))
     assert isinstance(back, EngineUnresponsive)
-    assert (back.call, back.deadline_s, back.retryable, back.status) == (
+    assert (back.call, back.deadline_s, back.retryable, status_of(back)) == (
         "create sandvisor-bg-1",
         30.0,
         True,

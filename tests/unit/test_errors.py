@@ -3,28 +3,34 @@ back into the same class (what the HTTP client raises)."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ValidationError
 
+import supervisor.interfaces.http_errors as edge
 from supervisor.core import errors
 from supervisor.core.errors import (
-    DaemonError,
-    DaemonNotRunning,
-    ForbiddenHost,
-    HttpError,
-    NotFound,
     SessionNotFound,
     SpecError,
     SupervisorError,
     TaskNotFound,
     TaskNotRunning,
-    Unauthorized,
 )
 from supervisor.core.models import TaskInfo
 from supervisor.core.problems import InvalidRequest, field_problems
-from supervisor.core.wire import error_class, from_wire, make_error, registered_codes
+from supervisor.core.wire import error_class, make_error, registered_codes
+from supervisor.interfaces.http_errors import (
+    DaemonError,
+    DaemonNotRunning,
+    ForbiddenHost,
+    HttpError,
+    NotFound,
+    Unauthorized,
+    from_wire,
+    status_of,
+)
 
 #: Every code the daemon answers with (daemon/app.py), and what it means here.
 DAEMON_CODES: dict[str, type[SupervisorError]] = {
@@ -47,13 +53,13 @@ DAEMON_CODES: dict[str, type[SupervisorError]] = {
     "not_found": NotFound,
     "invalid_request": InvalidRequest,
     "forbidden_host": ForbiddenHost,
-    "forbidden_origin": errors.ForbiddenOrigin,
-    "forbidden_csrf": errors.ForbiddenCsrf,
-    "method_not_allowed": errors.MethodNotAllowed,
-    "request_too_large": errors.RequestTooLarge,
-    "input_too_large": errors.InputTooLarge,
-    "request_timeout": errors.RequestTimeout,
-    "too_many_connections": errors.TooManyConnections,
+    "forbidden_origin": edge.ForbiddenOrigin,
+    "forbidden_csrf": edge.ForbiddenCsrf,
+    "method_not_allowed": edge.MethodNotAllowed,
+    "request_too_large": edge.RequestTooLarge,
+    "input_too_large": edge.InputTooLarge,
+    "request_timeout": edge.RequestTimeout,
+    "too_many_connections": edge.TooManyConnections,
     "http_error": HttpError,
 }
 
@@ -113,7 +119,7 @@ def test_builtin_families() -> None:
     assert issubclass(NotFound, LookupError)
     assert issubclass(Unauthorized, PermissionError)
     assert issubclass(InvalidRequest, SpecError) and issubclass(InvalidRequest, ValueError)
-    assert issubclass(errors.RequestTooLarge, ValueError)
+    assert issubclass(edge.RequestTooLarge, ValueError)
 
 
 # -- from the wire ----------------------------------------------------------------------------
@@ -127,14 +133,18 @@ def test_task_not_running_carries_the_final_task() -> None:
     assert isinstance(exc, TaskNotRunning)
     assert exc.info == ended
     assert str(exc) == "task bg-1 is not running (killed, user stopped)"
-    assert (exc.status, exc.body) == (409, body)
+    assert (status_of(exc), exc.body) == (409, body)
 
 
 def test_ids_come_from_the_body_or_from_the_request() -> None:
     bare = {"error": {"code": "task_not_found", "message": "no task 'bg-9' in this session"}}
     exc = from_wire(bare, 404, task_id="bg-9", session_id="s")
     assert isinstance(exc, TaskNotFound) and isinstance(exc, LookupError)
-    assert (exc.task_id, str(exc), exc.status) == ("bg-9", "no task 'bg-9' in this session", 404)
+    assert (exc.task_id, str(exc), status_of(exc)) == (
+        "bg-9",
+        "no task 'bg-9' in this session",
+        404,
+    )
     again = from_wire(TaskNotFound("bg-7").to_wire(), 404, task_id="other")
     assert isinstance(again, TaskNotFound) and again.task_id == "bg-7"
     gone = from_wire({"error": {"code": "session_not_found", "message": "m"}}, 404, session_id="x")
@@ -155,7 +165,7 @@ def test_ids_come_from_the_body_or_from_the_request() -> None:
     ],
 )
 def test_round_trip(exc: SupervisorError) -> None:
-    back = from_wire(exc.to_wire(), exc.status)
+    back = from_wire(exc.to_wire(), status_of(exc))
     assert type(back) is type(exc)
     assert str(back) == str(exc)
     assert back.code == exc.code
@@ -176,14 +186,14 @@ def test_spec_error_names_its_field() -> None:
 def test_unknown_codes_keep_their_code() -> None:
     exc = from_wire({"error": {"code": "from_the_future", "message": "new"}}, 418)
     assert type(exc) is SupervisorError
-    assert (exc.code, str(exc), exc.status) == ("from_the_future", "new", 418)
+    assert (exc.code, str(exc)) == ("from_the_future", "new")
 
 
 @pytest.mark.parametrize("body", [None, "<html>bad gateway</html>", {"detail": "x"}, {"error": 3}])
 def test_answers_that_are_not_the_apis_json(body: object) -> None:
     exc = from_wire(body, 502)
     assert isinstance(exc, HttpError)
-    assert (str(exc), exc.status) == ("the daemon answered HTTP 502", 502)
+    assert (str(exc), status_of(exc)) == ("the daemon answered HTTP 502", 502)
 
 
 def test_task_not_running_without_a_task_falls_back_to_the_root() -> None:
@@ -237,3 +247,86 @@ def test_field_problems_drop_the_container_and_strip_value_error() -> None:
         ("", "not valid JSON"),
     ]
     assert str(InvalidRequest.from_problems(problems)) == "env: bad name; body: not valid JSON"
+
+
+#: The API's status for every code: the contract clients see (the table lives at the HTTP
+#: edge, ``interfaces.http_errors``; moving it there changed none of these).
+STATUS_BY_CODE = {
+    "daemon_error": 502,
+    "daemon_unavailable": 503,
+    "engine_error": 502,
+    "engine_unavailable": 503,
+    "engine_unresponsive": 503,
+    "forbidden": 403,
+    "forbidden_csrf": 403,
+    "forbidden_host": 403,
+    "forbidden_origin": 403,
+    "http_error": 500,
+    "image_build_failed": 500,
+    "cli_error": 500,
+    "swarm_not_found": 502,
+    "image_missing": 424,
+    "input_too_large": 413,
+    "invalid_request": 422,
+    "invalid_spec": 400,
+    "limit_exceeded": 429,
+    "method_not_allowed": 405,
+    "no_workspace": 404,
+    "not_found": 404,
+    "placement_unavailable": 503,
+    "policy_error": 400,
+    "request_timeout": 408,
+    "request_too_large": 413,
+    "runtime_unavailable": 503,
+    "session_ended": 409,
+    "session_not_found": 404,
+    "state_storage_error": 507,
+    "stdin_closed": 409,
+    "stdin_not_read": 409,
+    "supervisor_error": 500,
+    "task_not_found": 404,
+    "task_not_running": 409,
+    "too_many_connections": 503,
+    "unauthorized": 401,
+    "unsupported": 501,
+    "wait_timeout": 504,
+    "workspace_busy": 409,
+    "workspace_conflict": 409,
+    "workspace_error": 409,
+    "workspace_moved": 409,
+    "workspace_no_backup": 404,
+    "workspace_outside_roots": 400,
+    "workspace_unsafe_path": 400,
+}
+
+
+def _instance(cls: type[SupervisorError]) -> SupervisorError:
+    try:
+        return cls("x")
+    except (TypeError, AttributeError):  # classes built from ids or a TaskInfo
+        return cls.__new__(cls)
+
+
+def test_every_code_answers_with_its_status() -> None:
+    # The modules that define errors outside core register them when imported.
+    for module in (
+        "supervisor.engine.swarm.manager",
+        "supervisor.interfaces.cli.remote",
+        "supervisor.tooling.images.catalogue",
+    ):
+        importlib.import_module(module)
+    got = {
+        code: status_of(_instance(cls))
+        for code, cls in registered_codes().items()
+        if cls.__module__.startswith("supervisor.")  # not the classes other tests define
+    }
+    assert got == STATUS_BY_CODE
+
+
+def test_core_errors_know_nothing_of_http() -> None:
+    """Core keeps codes and messages; statuses and the HTTP API's own errors are at the edge."""
+
+    for cls in [SupervisorError, *_subclasses(SupervisorError)]:
+        assert "status" not in cls.__dict__ or cls is edge.HttpError, cls.__qualname__
+        if cls.__module__.startswith("supervisor.core"):
+            assert cls.__name__ not in edge.__all__, cls.__qualname__

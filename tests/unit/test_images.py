@@ -418,3 +418,26 @@ def test_read_only_sources_build_from_a_private_copy_with_the_same_hash(
         assert copy != sources and copy.name == "minimal"
         assert images.hash_sources(copy, "minimal") == images.hash_sources(sources, "minimal")
     assert not copy.exists()
+
+
+def test_image_tooling_translates_engine_errors_as_the_backend_does() -> None:
+    """One translator (``engine.docker.convert.translate_error``) for the backend and the
+    image tooling: the same docker-py error is the same error of ours in both."""
+    import docker.errors  # noqa: PLC0415
+    import requests.exceptions  # noqa: PLC0415
+
+    from supervisor.core.errors import EngineError, EngineUnavailable, ImageMissing  # noqa: PLC0415
+    from supervisor.engine.docker.convert import translate_error  # noqa: PLC0415
+    from supervisor.tooling.images.engine import engine_errors  # noqa: PLC0415
+
+    refused = requests.exceptions.ConnectionError(ConnectionRefusedError(111, "Connection refused"))
+    cases = [
+        (docker.errors.ImageNotFound("No such image: x"), ImageMissing),
+        (docker.errors.APIError("boom"), EngineError),
+        (refused, EngineUnavailable),
+    ]
+    for raw, kind in cases:
+        with pytest.raises(kind) as caught, engine_errors("inspect x"):
+            raise raw
+        assert str(caught.value) == str(translate_error(raw, "inspect x"))
+    assert "Connection refused" in str(translate_error(refused, "inspect x"))

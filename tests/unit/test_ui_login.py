@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.core.errors import Forbidden, SessionNotFound, Unauthorized
+from supervisor.core.errors import SessionNotFound
 from supervisor.interfaces.daemon import auth as auth_module
 from supervisor.interfaces.daemon.auth import Auth, Principal, cookie_value
 from supervisor.interfaces.daemon.guard import _take_query_token
 from supervisor.interfaces.daemon.ui_assets import ASSET_NAME, CSP, load_assets, ui_error_page
+from supervisor.interfaces.http_errors import Forbidden, Unauthorized
 
 
 class Clock:

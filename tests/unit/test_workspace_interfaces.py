@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from supervisor.core.ids import SESSION_ID_RE
-from supervisor.core.wire import from_wire
 from supervisor.core.workspace_errors import NoWorkspace, WorkspaceBusy, WorkspaceOutsideRoots
 from supervisor.interfaces.cli.project import dir_session_id, workspace_choice
 from supervisor.interfaces.cli.remote import CliError
 from supervisor.interfaces.cli.workspace import SHOWN_PATHS, _conflict_text, _notes, _size
+from supervisor.interfaces.http_errors import from_wire, status_of
 from supervisor.interfaces.mcp import workspace_texts as wt
 from supervisor.interfaces.mcp.texts import MAX_OUTPUT_CHARS
 
@@ -143,7 +143,7 @@ def test_changes_text_is_bounded() -> None:
     ],
 )
 def test_workspace_errors_round_trip(exc: Any) -> None:
-    back = from_wire(exc.to_wire(), exc.status)
+    back = from_wire(exc.to_wire(), status_of(exc))
     assert type(back) is type(exc) and str(back) == str(exc)
     assert back.wire_detail() == exc.wire_detail()
     assert isinstance(WorkspaceOutsideRoots("x"), ValueError)  # still a PolicyError

@@ -18,8 +18,28 @@ from supervisor.core.errors import (
 )
 
 
+def root_cause(exc: BaseException) -> str:
+    """The OS-level reason under docker-py's and requests' wrappers (``Connection refused``),
+    else the error's own text."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        # requests' errors are OSErrors too, but only the kernel's carry a strerror.
+        if isinstance(current, OSError) and current.strerror:
+            return current.strerror
+        linked = [current.__cause__, current.__context__, getattr(current, "reason", None)]
+        linked += [a for a in current.args if isinstance(a, BaseException)]
+        todo += [e for e in linked if isinstance(e, BaseException)]
+    return str(exc)
+
+
 def translate_error(exc: BaseException, what: str) -> SupervisorError:
-    """Map docker-py / requests errors to our tree."""
+    """Map docker-py / requests errors to our tree (the one translator: the backend and the
+    image tooling both use it)."""
     if isinstance(exc, SupervisorError):
         return exc
     if isinstance(exc, docker.errors.ImageNotFound):
@@ -27,7 +47,7 @@ def translate_error(exc: BaseException, what: str) -> SupervisorError:
     if isinstance(exc, docker.errors.APIError):
         return _api_error(exc, what)
     if isinstance(exc, (requests.exceptions.ConnectionError, ConnectionError, OSError)):
-        return EngineUnavailable(f"{what}: the Docker engine does not answer ({exc})")
+        return EngineUnavailable(f"{what}: the Docker engine does not answer ({root_cause(exc)})")
     if isinstance(exc, docker.errors.DockerException):
         return EngineUnavailable(f"{what}: {exc}")
     return EngineError(f"{what}: {type(exc).__name__}: {exc}")

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor.core.errors import NotFound, PolicyError, SessionNotFound, SupervisorError
+from supervisor.core.errors import PolicyError, SessionNotFound, SupervisorError
 from supervisor.core.workspace_errors import WorkspaceOutsideRoots
 from supervisor.interfaces.cli.remote import (
     DEFAULT_SESSION,
@@ -25,6 +25,7 @@ from supervisor.interfaces.cli.remote import (
     error_message,
 )
 from supervisor.interfaces.client import SandvisorClient
+from supervisor.interfaces.http_errors import NotFound
 
 try:
     # The hash hashlib would give, without the OpenSSL bindings hashlib loads first (about

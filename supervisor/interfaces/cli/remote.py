@@ -18,17 +18,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from supervisor.core.errors import (
-    DaemonError,
-    DaemonNotRunning,
-    NotFound,
-    SessionNotFound,
-    SupervisorError,
-    TaskNotFound,
-)
+from supervisor.core.errors import SessionNotFound, SupervisorError, TaskNotFound
 from supervisor.core.text import describe_end as end_phrase
 from supervisor.interfaces.cli.common import fail
 from supervisor.interfaces.client import SandvisorClient, TaskJson
+from supervisor.interfaces.http_errors import DaemonError, DaemonNotRunning, NotFound, status_of
 from supervisor.interfaces.launch import ensure_daemon
 
 DEFAULT_SESSION = "default"
@@ -124,7 +118,7 @@ def error_message(exc: SupervisorError) -> str:
     """One line for stderr."""
     if isinstance(exc, DaemonNotRunning):
         return _daemon_message(exc)
-    return str(exc) or f"the daemon answered HTTP {exc.status} ({exc.code})"
+    return str(exc) or f"the daemon answered HTTP {status_of(exc)} ({exc.code})"
 
 
 def _daemon_message(exc: DaemonNotRunning) -> str:

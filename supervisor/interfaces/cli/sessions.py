@@ -8,7 +8,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from supervisor.core.errors import NotFound, SessionNotFound
+from supervisor.core.errors import SessionNotFound
 from supervisor.interfaces.cli.common import (
     HelpFormatter,
     nonnegative_int,
@@ -25,6 +25,7 @@ from supervisor.interfaces.cli.remote import (
     format_time,
 )
 from supervisor.interfaces.client import FOLLOW_WAIT_S
+from supervisor.interfaces.http_errors import NotFound
 
 if TYPE_CHECKING:
     from supervisor.interfaces.client import SandvisorClient

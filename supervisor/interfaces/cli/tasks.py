@@ -11,7 +11,7 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from supervisor.core.errors import NotFound, SessionNotFound, TaskNotRunning
+from supervisor.core.errors import SessionNotFound, TaskNotRunning
 from supervisor.core.text import format_elapsed, outcome_short
 from supervisor.interfaces.cli.common import (
     HelpFormatter,
@@ -33,6 +33,7 @@ from supervisor.interfaces.cli.remote import (
     wait_started,
 )
 from supervisor.interfaces.client import READ_CHUNK
+from supervisor.interfaces.http_errors import NotFound
 
 if TYPE_CHECKING:
     from supervisor.interfaces.client import SandvisorClient, TaskJson

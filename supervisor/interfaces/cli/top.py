@@ -16,10 +16,11 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from supervisor.core.errors import NotFound, SessionNotFound, SupervisorError
+from supervisor.core.errors import SessionNotFound, SupervisorError
 from supervisor.core.text import FINAL_STATUSES, format_elapsed, outcome_short
 from supervisor.interfaces.cli.common import HelpFormatter, duration_s, print_json, print_table
 from supervisor.interfaces.cli.remote import add_daemon_options, call, error_message, one_line
+from supervisor.interfaces.http_errors import NotFound
 
 if TYPE_CHECKING:
     from supervisor.interfaces.client import SandvisorClient, TaskJson

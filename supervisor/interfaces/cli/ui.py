@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from supervisor.core.errors import NotFound
 from supervisor.interfaces.cli.common import HelpFormatter, duration_s, print_json
 from supervisor.interfaces.cli.remote import CliError, add_daemon_options, call
 from supervisor.interfaces.client import SandvisorClient
+from supervisor.interfaces.http_errors import NotFound
 
 EPILOG = """\
 The link logs one browser in, once, as this command's token: the admin (every session), or

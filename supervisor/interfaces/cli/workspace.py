@@ -8,12 +8,13 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from supervisor.core.errors import NotFound, SessionNotFound
+from supervisor.core.errors import SessionNotFound
 from supervisor.core.visible import quote_name, visible
 from supervisor.core.workspace_errors import NoBackup, NoWorkspace, WorkspaceBusy, WorkspaceConflict
 from supervisor.interfaces.cli.common import HelpFormatter, print_json, print_table, want_plain
 from supervisor.interfaces.cli.project import cwd, dir_session_id, explicit_session
 from supervisor.interfaces.cli.remote import CliError, add_daemon_options, call, one_line
+from supervisor.interfaces.http_errors import NotFound
 
 if TYPE_CHECKING:
     from supervisor.interfaces.client import SandvisorClient

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from supervisor.core.errors import InputTooLarge, SpecError
+from supervisor.core.errors import SpecError
 from supervisor.core.ids import SESSION_ID_RE
 from supervisor.core.models import TaskLimits, TaskSpec
 from supervisor.core.problems import InvalidRequest
@@ -36,6 +36,7 @@ from supervisor.interfaces.daemon.limits import (
     UI_LOGIN_TTL_S,
     UI_MAX_LOGIN_TTL_S,
 )
+from supervisor.interfaces.http_errors import InputTooLarge
 
 #: What a duration string looks like (the range is checked after conversion).
 DURATION_PATTERN = r"^\s*\d+(\.\d+)?\s*(ms|s|m|h)\s*$"

@@ -24,10 +24,11 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from supervisor.core.errors import RequestTimeout, SupervisorError, TooManyConnections
+from supervisor.core.errors import SupervisorError
 from supervisor.core.logs import get_logger
-from supervisor.interfaces.daemon.errors import error_body, status_of
+from supervisor.interfaces.daemon.errors import error_body
 from supervisor.interfaces.daemon.limits import MAX_DRAIN, MAX_REFUSING, REFUSE_LINGER_S
+from supervisor.interfaces.http_errors import RequestTimeout, TooManyConnections, status_of
 
 log = get_logger("supervisor.interfaces.daemon")
 

@@ -12,11 +12,12 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BeforeValidator
 
-from supervisor.core.errors import NotFound, SessionNotFound, Unauthorized
+from supervisor.core.errors import SessionNotFound
 from supervisor.core.ids import SESSION_ID_RE, TASK_ID_RE
 from supervisor.core.problems import InvalidRequest
 from supervisor.interfaces.daemon.auth import Principal
 from supervisor.interfaces.daemon.guard import principal_of
+from supervisor.interfaces.http_errors import NotFound, Unauthorized
 from supervisor.runtime.session import Session
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.workspace import Workspace

@@ -1,5 +1,6 @@
-"""Exceptions to HTTP answers: one status per error class, one JSON shape for every error
-(``{"error": {"code", "message", ...}}``), and FastAPI's own errors brought into it."""
+"""Exceptions to HTTP answers: one status per error class (``interfaces.http_errors``), one
+JSON shape for every error (``{"error": {"code", "message", ...}}``), and FastAPI's own
+errors brought into it."""
 
 from __future__ import annotations
 
@@ -10,29 +11,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from supervisor.core.errors import MethodNotAllowed, NotFound, SupervisorError, Unauthorized
+from supervisor.core.errors import SupervisorError
 from supervisor.core.problems import InvalidRequest
-
-#: For an error class that names no status of its own (a runtime error added later): the
-#: builtin it mixes in says what kind of failure it is.
-_BY_KIND: tuple[tuple[type[BaseException], int], ...] = (
-    (LookupError, 404),
-    (PermissionError, 403),
-    (TimeoutError, 504),
-    (ConnectionError, 503),
-    (ValueError, 400),
-)
-
-
-def status_of(exc: SupervisorError) -> int:
-    """The HTTP status for ``exc``: the ``status`` its class or a parent names in
-    core/errors.py, else by its builtin mixin, else 500."""
-    for cls in type(exc).__mro__:
-        if cls is SupervisorError:
-            break
-        if "status" in cls.__dict__:
-            return int(cls.__dict__["status"])
-    return next((status for kind, status in _BY_KIND if isinstance(exc, kind)), 500)
+from supervisor.interfaces.http_errors import MethodNotAllowed, NotFound, Unauthorized, status_of
 
 
 def error_body(exc: SupervisorError) -> dict[str, Any]:

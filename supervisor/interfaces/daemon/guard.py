@@ -18,7 +18,12 @@ from starlette.datastructures import Headers
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from supervisor.core.errors import (
+from supervisor.core.errors import SupervisorError
+from supervisor.interfaces.daemon.auth import Auth, Principal, bearer_token, cookie_value
+from supervisor.interfaces.daemon.bodies import check_unicode
+from supervisor.interfaces.daemon.errors import error_response
+from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S, body_limit
+from supervisor.interfaces.http_errors import (
     ForbiddenCsrf,
     ForbiddenHost,
     ForbiddenOrigin,
@@ -26,13 +31,8 @@ from supervisor.core.errors import (
     NotFound,
     RequestTimeout,
     RequestTooLarge,
-    SupervisorError,
     Unauthorized,
 )
-from supervisor.interfaces.daemon.auth import Auth, Principal, bearer_token, cookie_value
-from supervisor.interfaces.daemon.bodies import check_unicode
-from supervisor.interfaces.daemon.errors import error_response
-from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S, body_limit
 
 #: Where the guard leaves the caller's Principal for the routes.
 SCOPE_PRINCIPAL = "sandvisor.principal"

@@ -13,14 +13,9 @@ from pathlib import Path
 from starlette.responses import Response
 from starlette.types import ASGIApp, Scope
 
-from supervisor.core.errors import (
-    Forbidden,
-    NotFound,
-    SessionNotFound,
-    SupervisorError,
-    TaskNotFound,
-)
-from supervisor.core.errors import Unauthorized as _Unauthorized
+from supervisor.core.errors import SessionNotFound, SupervisorError, TaskNotFound
+from supervisor.interfaces.http_errors import Forbidden, NotFound
+from supervisor.interfaces.http_errors import Unauthorized as _Unauthorized
 
 #: Where the files are, beside this module (shipped as package data).
 ASSET_DIR = Path(__file__).with_name("ui")

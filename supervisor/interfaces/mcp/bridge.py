@@ -22,13 +22,7 @@ from mcp import types
 from mcp.server.mcpserver import Context
 from mcp.server.session import ServerSession
 
-from supervisor.core.errors import (
-    NotFound,
-    SessionNotFound,
-    SpecError,
-    SupervisorError,
-    TaskNotRunning,
-)
+from supervisor.core.errors import SessionNotFound, SpecError, SupervisorError, TaskNotRunning
 from supervisor.core.events import EVENT_ADAPTER, NOTIFY_TYPES, TaskFailed, TaskStalled, TaskStopped
 from supervisor.core.models import TaskInfo
 from supervisor.core.problems import InvalidRequest
@@ -36,6 +30,7 @@ from supervisor.core.render import render_xml
 from supervisor.core.text import describe_end, utf8_safe_end
 from supervisor.core.wire import make_error
 from supervisor.interfaces.client import SandvisorClient, task_info
+from supervisor.interfaces.http_errors import NotFound
 from supervisor.interfaces.mcp import specs, texts, workspace_texts
 from supervisor.interfaces.mcp.specs import BashCall, Planned
 from supervisor.interfaces.mcp.texts import (

@@ -7,11 +7,12 @@ from typing import Annotated, Final
 
 from pydantic import Field
 
-from supervisor.core.errors import DaemonError, DaemonNotRunning, SupervisorError
+from supervisor.core.errors import SupervisorError
 from supervisor.core.models import TaskInfo
 from supervisor.core.render import xml_text
 from supervisor.core.text import describe_end, end_clause, format_duration, format_elapsed
 from supervisor.core.text import task_label as _task_label
+from supervisor.interfaces.http_errors import DaemonError, DaemonNotRunning
 from supervisor.interfaces.mcp.specs import POLL_TAIL_CHARS
 
 #: Claude Code's Bash tool truncates at 30000 characters; models are used to that size.

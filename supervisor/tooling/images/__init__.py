@@ -10,6 +10,7 @@ re-exported here: import them from ``supervisor.tooling.images``.
 
 from __future__ import annotations
 
+from supervisor.engine.docker.convert import root_cause
 from supervisor.tooling.images.build import build, ensure_built
 from supervisor.tooling.images.catalogue import (
     BUILD_DIR,
@@ -36,7 +37,7 @@ from supervisor.tooling.images.dockerfile import (
     dockerfile_instructions,
     import_changes,
 )
-from supervisor.tooling.images.engine import connect, image_status, root_cause
+from supervisor.tooling.images.engine import connect, image_status
 from supervisor.tooling.images.mirror import (
     DEBIAN_SUITE,
     DEFAULT_DEBIAN_MIRROR,

@@ -11,8 +11,9 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from supervisor.core.errors import EngineError, EngineUnavailable, SupervisorError
+from supervisor.core.errors import EngineUnavailable, SupervisorError
 from supervisor.core.text import parse_engine_time
+from supervisor.engine.docker.convert import root_cause, translate_error
 from supervisor.engine.endpoint import docker_host
 from supervisor.tooling.images.catalogue import (
     LABEL_IMAGE,
@@ -25,24 +26,6 @@ from supervisor.tooling.images.models import ImageStatus
 #: A build step (a long RUN, a big import) can keep one response silent for minutes; the
 #: client's read timeout must outlast it.
 ENGINE_TIMEOUT_S = 600
-
-
-def root_cause(exc: BaseException) -> str:
-    """The OS-level reason under docker-py's and requests' wrappers (``Connection refused``)."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        current = todo.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        # requests' errors are OSErrors too, but only the kernel's carry a strerror.
-        if isinstance(current, OSError) and current.strerror:
-            return current.strerror
-        linked = [current.__cause__, current.__context__, getattr(current, "reason", None)]
-        linked += [a for a in current.args if isinstance(a, BaseException)]
-        todo += [e for e in linked if isinstance(e, BaseException)]
-    return str(exc)
 
 
 def connect(timeout: int = ENGINE_TIMEOUT_S) -> Any:
@@ -59,19 +42,14 @@ def connect(timeout: int = ENGINE_TIMEOUT_S) -> Any:
 
 @contextlib.contextmanager
 def engine_errors(what: str) -> Iterator[None]:
-    """docker-py's and requests' errors as the supervisor's, naming ``what`` was being done."""
+    """docker-py's and requests' errors as the supervisor's, naming ``what`` was being done
+    (the engine port's translator, as every backend call)."""
     try:
         yield
     except SupervisorError:
         raise
-    except docker.errors.APIError as exc:
-        raise EngineError(f"{what}: {exc.explanation or exc}") from exc
-    except (requests.exceptions.ConnectionError, ConnectionError) as exc:
-        raise EngineUnavailable(
-            f"{what}: the Docker engine at {docker_host()} stopped answering ({root_cause(exc)})"
-        ) from exc
-    except docker.errors.DockerException as exc:
-        raise EngineError(f"{what}: {exc}") from exc
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        raise translate_error(exc, what) from exc
 
 
 def inspect(client: Any, ref: str) -> dict[str, Any] | None:
