@@ -33,6 +33,7 @@ from supervisor.core.events import EVENT_ADAPTER, NOTIFY_TYPES, TaskFailed, Task
 from supervisor.core.models import TaskInfo
 from supervisor.core.problems import InvalidRequest
 from supervisor.core.render import render_xml
+from supervisor.core.terminal import Rendered, render, render_head, render_tail, render_text
 from supervisor.core.text import describe_end, utf8_safe_end
 from supervisor.core.wire import make_error
 from supervisor.interfaces.client import SandvisorClient, task_info
@@ -53,6 +54,11 @@ FOREGROUND_SLACK_S: Final = 30.0
 STOP_TIMEOUT_S: Final = 30.0
 #: Pause before following events again after the daemon failed to answer.
 RETRY_S: Final = 1.0
+#: An output up to this size is read whole and rendered for a ``bash`` result; a longer one
+#: is rendered from its first and last ``EDGE_BYTES`` (the middle is left out either way
+#: when the rendering is over ``MAX_OUTPUT_CHARS``).
+WHOLE_BYTES: Final = 4 << 20
+EDGE_BYTES: Final = 1 << 20
 #: How long a foreground command runs before it is moved to the background (``sandvisor mcp
 #: --auto-background-after``; 0: never, it runs in the foreground until it ends).
 AUTO_BACKGROUND_S: Final = 30.0
@@ -183,7 +189,7 @@ class SessionBridge:
         if tid not in self.moved or item.get("type") not in ("task.stopped", "task.failed"):
             return item
         try:
-            tail = await self.client.tail(self.session_id, str(tid), COMPLETION_TAIL_CHARS)
+            tail = (await self._tail(str(tid), COMPLETION_TAIL_CHARS))[0].text
         except SupervisorError as exc:
             warn(f"could not read the output of {tid}: {exc}")
             return item
@@ -307,21 +313,53 @@ class SessionBridge:
 
     async def _output(self, info: TaskInfo) -> str:
         """What the task printed up to ``info``'s snapshot (all of it once it has ended),
-        cut to fit a result: its start and its end."""
+        as a terminal shows it, cut to fit a result after rendering: its start and its
+        end, with the raw bytes left out between them named."""
         sid, tid, size = self.session_id, info.task_id, info.output_bytes
         if size == 0:
             return ""
-        if size <= MAX_OUTPUT_CHARS:
+        ended = info.ended
+        if size <= WHOLE_BYTES:
             # An ended task's file is complete: read one byte more to reach its end.
-            piece = await self.client.read_output(sid, tid, limit=size + int(info.ended))
-            return _decode(piece.data, final=info.ended)[0].rstrip("\n")
-        start = await self.client.read_output(sid, tid, limit=HEAD_CHARS)
-        head, _ = _decode(start.data, final=False)
-        tail = await self.client.tail(sid, tid, MAX_OUTPUT_CHARS - HEAD_CHARS)
-        return texts.truncated(head, tail, info, so_far=not info.ended)
+            piece = await self.client.read_output(sid, tid, limit=size + int(ended))
+            whole = render(piece.data, final=ended)
+            if len(whole.text) <= MAX_OUTPUT_CHARS:
+                return whole.text.rstrip("\n")
+            head = render_head(piece.data, HEAD_CHARS, final=False)
+            tail = render_tail(
+                piece.data, MAX_OUTPUT_CHARS - HEAD_CHARS, final=ended, floor=head.end
+            )
+            left_out = (head.end, tail.start)
+        else:
+            first = await self.client.read_output(sid, tid, limit=EDGE_BYTES)
+            head = render_head(first.data, HEAD_CHARS, final=False)
+            tail, start = await self._tail(tid, MAX_OUTPUT_CHARS - HEAD_CHARS, size=size)
+            left_out = (head.end, start)
+        return texts.truncated(head.text, tail.text, info, left_out, so_far=not ended)
+
+    async def _tail(
+        self, task_id: str, chars: int, *, size: int | None = None
+    ) -> tuple[Rendered, int]:
+        """The last ``chars`` characters as a terminal shows them, rendered from the last
+        ``EDGE_BYTES`` of the file (up to ``size``, default: as long as it is now); and the
+        file offset where the bytes shown begin."""
+        if size is None:
+            size = task_info(await self.client.task(self.session_id, task_id)).output_bytes
+        start = max(0, size - EDGE_BYTES)
+        piece = await self.client.read_output(
+            self.session_id, task_id, offset=start, limit=EDGE_BYTES + 1
+        )
+        shown = render_tail(piece.data, chars, final=piece.eof, whole=start == 0)
+        return shown, start + shown.start
 
     async def task_output(
-        self, task_id: str, offset: int | None, tail: int | None, line_filter: str | None
+        self,
+        task_id: str,
+        offset: int | None,
+        tail: int | None,
+        line_filter: str | None,
+        *,
+        raw: bool = False,
     ) -> str:
         if offset is not None and tail is not None:
             raise InvalidRequest("give either offset or tail, not both")
@@ -336,15 +374,25 @@ class SessionBridge:
         # Status first: if it says ended, the output read afterwards is complete.
         info = task_info(await self.client.task(self.session_id, task_id))
         head = f'Task {task_id} "{texts.label(info)}": {describe_end(info)}'
-        if tail is not None:
+        if tail is not None and raw:
             text = await self.client.tail(self.session_id, task_id, tail)
+            where = f"last {len(text)} characters (raw); next_offset: {info.output_bytes}"
+        elif tail is not None:
+            shown, _ = await self._tail(task_id, tail, size=info.output_bytes)
+            text = shown.text
             where = f"last {len(text)} characters; next_offset: {info.output_bytes}"
         else:
             start = offset or 0
             piece = await self.client.read_output(
                 self.session_id, task_id, offset=start, limit=READ_BYTES
             )
-            text, used = _decode(piece.data, final=piece.eof)
+            if raw:
+                text, used = _decode(piece.data, final=piece.eof)
+            else:
+                # A partial escape sequence at the end is not consumed: next_offset stops
+                # before it, and the next read renders it whole.
+                rendered = render(piece.data, final=piece.eof)
+                text, used = rendered.text, rendered.end
             more = (
                 "no (the task has ended)"
                 if piece.eof
@@ -353,6 +401,8 @@ class SessionBridge:
                 else ("not yet (the task is still running)" if not info.ended else "no")
             )
             where = f"bytes {start}-{start + used}; next_offset: {start + used}; more: {more}"
+            if raw:
+                where += "; raw"
         if regex is not None:
             lines = text.splitlines()
             kept = [line for line in lines if regex.search(line)]
@@ -393,7 +443,8 @@ class SessionBridge:
             return texts.no_match_yet(info, pattern, timeout_ms)
         line = str(found["line"])
         after = int(found["offset"]) + len(line.encode()) + 1
-        return f"Matched at offset {found['offset']} (next_offset: {after}):\n{line}"
+        # The offsets are the raw line's; the line is shown as a terminal shows it.
+        return f"Matched at offset {found['offset']} (next_offset: {after}):\n{render_text(line)}"
 
     async def monitor_start(
         self,
