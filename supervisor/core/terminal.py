@@ -41,23 +41,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from supervisor.core.screen import MAX_SEQUENCE, SCREEN_LINES, Screen
 from supervisor.core.text import utf8_safe_end
 from supervisor.core.visible import visible
 
-#: Lines the cursor can move back into; lines scrolled above them are final.
-SCREEN_LINES = 50
-#: Longest escape sequence held back at a chunk's end (a longer one is not a sequence).
-MAX_SEQUENCE = 4096
-#: What a collapsed run of identical lines shows after the line.
-REPEAT_MARK = "[… repeated {n} times]"
-#: A run of identical lines collapses only from this length on.
-MIN_REPEAT = 3
+__all__ = [
+    "MAX_SEQUENCE",
+    "SCREEN_LINES",
+    "Rendered",
+    "TerminalRenderer",
+    "render",
+    "render_head",
+    "render_tail",
+    "render_text",
+    "shown",
+]
 
-_SPECIAL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")
-_CSI = re.compile(r"\x1b\[([0-?]*)([ -/]*)([@-~])")
-_STRING = re.compile(r"\x1b[\]PX^_][^\x07\x1b\n]*(?:\x07|\x1b\\)")
-_ESC = re.compile(r"\x1b[ -/]*[0-~]")
-_PARTIAL = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|[\]PX^_][^\x07\x1b\n]*\x1b?|[ -/]*)\Z")
 _ESCAPED_BYTE = re.compile(r"[\udc80-\udcff]")
 
 
@@ -72,363 +71,6 @@ class Rendered:
     end: int
     """Offset just after the last byte interpreted; ``input[end:]`` is an incomplete escape
     sequence or character, left for the next read."""
-
-
-class _Screen:
-    """The state machine: committed lines, the editable region, the cursor."""
-
-    __slots__ = (
-        "_ascii",
-        "_bpos",
-        "_count",
-        "_cpos",
-        "_held",
-        "_held_origins",
-        "_text",
-        "col",
-        "height",
-        "lines",
-        "origins",
-        "out",
-        "out_origins",
-        "row",
-        "rows",
-        "saved",
-        "status",
-        "status_at",
-    )
-
-    def __init__(self, height: int = SCREEN_LINES, base: int = 0) -> None:
-        self.height = max(1, height)
-        self.lines: list[str] = [""]
-        #: Input byte offset where each region line began.
-        self.origins: list[int] = [base]
-        self.row = 0
-        self.col = 0
-        self.saved = (0, 0)
-        #: The bottom of the scroll region (``ESC[t;br``), None when there is none.
-        self.rows: int | None = None
-        #: Status rows below the scroll region (apt's progress bar), by terminal row; the
-        #: cursor is on ``status_at`` while something draws there.
-        self.status: dict[int, str] = {}
-        self.status_at: int | None = None
-        #: Final lines (collapsed), and where each began.
-        self.out: list[str] = []
-        self.out_origins: list[int] = []
-        self._held: str | None = None
-        self._held_origins: list[int] = []
-        self._count = 0
-        # Byte offset of character ``_cpos`` of the text being fed.
-        self._text = ""
-        self._ascii = True
-        self._cpos = 0
-        self._bpos = base
-
-    # -- offsets ---------------------------------------------------------------------
-
-    def _byte_at(self, i: int) -> int:
-        if self._ascii:
-            return self._bpos + i - self._cpos
-        if i != self._cpos:
-            self._bpos += len(self._text[self._cpos : i].encode("utf-8", "surrogateescape"))
-            self._cpos = i
-        return self._bpos
-
-    # -- final lines -----------------------------------------------------------------
-
-    def _emit(self, line: str, origin: int) -> None:
-        if line == self._held:
-            self._count += 1
-            if len(self._held_origins) < 64:
-                self._held_origins.append(origin)
-            return
-        self._release()
-        self._held, self._held_origins, self._count = line, [origin], 1
-
-    def _release(self) -> None:
-        held, n = self._held, self._count
-        if held is None:
-            return
-        mark = REPEAT_MARK.format(n=n)
-        if n >= MIN_REPEAT and len(mark) < (n - 1) * (len(held) + 1):
-            self.out += (held, mark)
-            self.out_origins += (self._held_origins[0], self._held_origins[0])
-        else:
-            self.out += [held] * n
-            self.out_origins += self._held_origins[:n]
-        self._held, self._held_origins, self._count = None, [], 0
-
-    def _commit(self, n: int) -> None:
-        for line, origin in zip(self.lines[:n], self.origins[:n], strict=True):
-            self._emit(line, origin)
-        del self.lines[:n], self.origins[:n]
-        self.row -= n
-        self.saved = (max(0, self.saved[0] - n), self.saved[1])
-
-    def _visible_lines(self) -> int:
-        """Region lines shown: the trailing empty ones below the cursor are not."""
-        n = len(self.lines)
-        while n > self.row + 1 and not self.lines[n - 1]:
-            n -= 1
-        return n
-
-    def finish(self) -> tuple[list[str], list[int]]:
-        """Everything, as final lines (the screen is committed)."""
-        n = self._visible_lines()
-        del self.lines[n:], self.origins[n:]
-        for row in sorted(self.status):
-            if self.status[row]:  # still shown: the command ended while drawing it
-                self.lines.append(self.status[row])
-                self.origins.append(self._bpos)
-        self.status, self.status_at = {}, None
-        self._commit(len(self.lines))
-        self._release()
-        self.lines, self.origins, self.row, self.col = [""], [self._bpos], 0, 0
-        return self.out, self.out_origins
-
-    # -- the cursor ------------------------------------------------------------------
-
-    def _put(self, run: str) -> None:
-        if self.status_at is not None:
-            line = self.status.get(self.status_at, "")
-            col = self.col
-            line = line.ljust(col)[:col] + run + line[col + len(run) :]
-            self.status[self.status_at] = line
-            self.col = col + len(run)
-            return
-        line, col = self.lines[self.row], self.col
-        if col == len(line):
-            line += run
-        elif col > len(line):
-            line += " " * (col - len(line)) + run
-        else:
-            line = line[:col] + run + line[col + len(run) :]
-        self.lines[self.row] = line
-        self.col = col + len(run)
-
-    def _down(self, origin: int, *, scroll: bool = True) -> None:
-        self.row += 1
-        if self.row == len(self.lines):
-            if not scroll:
-                self.row -= 1
-                return
-            self.lines.append("")
-            self.origins.append(origin)
-            if len(self.lines) > self.height:
-                self._commit(1)
-
-    def _screen_row(self, row: int) -> int:
-        """Region index of the terminal's row ``row`` (0-based): counted from the region's
-        top, or, within a scroll region shorter than the editable region, from where that
-        many lines above its bottom begin."""
-        if self.rows is not None and len(self.lines) > self.rows:
-            return len(self.lines) - self.rows + row
-        return row
-
-    def _goto_row(self, row: int, origin: int) -> None:
-        row = max(0, min(row, self.height - 1))
-        while len(self.lines) <= row:
-            self.lines.append("")
-            self.origins.append(origin)
-        self.row = row
-
-    def _clear(self, origin: int) -> None:
-        """Erase the display: what it showed stays above, as in a terminal's scrollback."""
-        row, col = self.row, self.col
-        n = self._visible_lines()
-        del self.lines[n:], self.origins[n:]
-        self._commit(len(self.lines))
-        self.lines, self.origins = [""] * (row + 1), [origin] * (row + 1)
-        self.row, self.col = row, col
-
-    # -- feeding ---------------------------------------------------------------------
-
-    def feed(self, text: str, *, final: bool) -> int:
-        """Interpret ``text``; returns how many characters were (the rest starts an
-        incomplete escape sequence, only when not ``final``)."""
-        self._text, self._ascii, self._cpos = text, text.isascii(), 0
-        n = len(text)
-        pos = 0
-        while pos < n:
-            m = _SPECIAL.search(text, pos)
-            stop = m.start() if m else n
-            if stop > pos:
-                self._plain(text, pos, stop)
-            if m is None:
-                break
-            ch = text[stop]
-            if ch == "\r":
-                self.col = 0
-                pos = stop + 1
-            elif ch == "\b":
-                self.col = max(0, self.col - 1)
-                pos = stop + 1
-            elif ch == "\x1b":
-                end = self._escape(text, stop, final)
-                if end < 0:
-                    self._finish_text(stop)
-                    return stop
-                pos = end
-            else:
-                self._put(ch)
-                pos = stop + 1
-        self._finish_text(n)
-        return n
-
-    def _finish_text(self, i: int) -> None:
-        self._bpos = self._byte_at(i)
-        self._cpos, self._text, self._ascii = 0, "", True
-
-    def _plain(self, text: str, a: int, b: int) -> None:
-        """Printable text and newlines ``text[a:b]``."""
-        nl = text.find("\n", a, b)
-        if nl < 0:
-            self._put(text[a:b])
-            return
-        if nl > a:
-            self._put(text[a:nl])
-        while nl >= 0:
-            self._down(self._byte_at(nl + 1))
-            self.col = 0
-            start = nl + 1
-            nl = text.find("\n", start, b)
-            piece = text[start : b if nl < 0 else nl]
-            if piece:
-                self._put(piece)
-
-    def _escape(self, text: str, i: int, final: bool) -> int:
-        """Handle the sequence at ``text[i]`` (ESC); where it ends, -1 if incomplete."""
-        nxt = text[i + 1 : i + 2]
-        if nxt == "[":
-            m = _CSI.match(text, i)
-        elif nxt and nxt in "]PX^_":
-            m = _STRING.match(text, i)
-        else:
-            m = _ESC.match(text, i)
-        if m is None:
-            if not final and len(text) - i <= MAX_SEQUENCE and _PARTIAL.match(text, i):
-                return -1
-            self._put("\x1b")  # not a sequence: shown (as \x1b)
-            return i + 1
-        if nxt == "[":
-            self._csi(m.group(1), m.group(2), m.group(3), self._byte_at(m.end()))
-        elif m.end() - i == 2:
-            self._esc(nxt, self._byte_at(m.end()))
-        return m.end()
-
-    def _esc(self, code: str, origin: int) -> None:
-        if code == "7":
-            self.saved = (self.row, self.col)
-        elif code == "8":
-            self.status_at = None
-            self._goto_row(self.saved[0], origin)
-            self.col = self.saved[1]
-        elif code == "M":
-            self.row = max(0, self.row - 1)
-        elif code == "D":
-            col = self.col
-            self._down(origin)
-            self.col = col
-        elif code == "E":
-            self._down(origin)
-            self.col = 0
-        elif code == "c":
-            self._clear(origin)
-            self.row = self.col = 0
-
-    def _csi(self, params: str, inter: str, final: str, origin: int) -> None:
-        if inter or (params and params[0] in "<=>?"):
-            return  # private modes, cursor styles, ...: nothing a reader sees
-        if final == "m":
-            return
-        try:
-            args = [int(p) if p else 0 for p in params.split(";")]
-        except ValueError:
-            return
-        first = args[0]
-        n = max(1, first)
-        if self.status_at is not None and final in "KJ":
-            line = self.status.get(self.status_at, "")
-            self.status[self.status_at] = line[: self.col] if first == 0 else ""
-            return
-        if final == "A":
-            self.row = max(0, self.row - n)
-        elif final in "Be":
-            self.row = min(len(self.lines) - 1, self.row + n)
-        elif final in "Ca":
-            self.col += n
-        elif final == "D":
-            self.col = max(0, self.col - n)
-        elif final == "E":
-            self.row, self.col = min(len(self.lines) - 1, self.row + n), 0
-        elif final == "F":
-            self.row, self.col = max(0, self.row - n), 0
-        elif final in "G`":
-            self.col = n - 1
-        elif final in "Hf":
-            col = args[1] if len(args) > 1 else 0
-            self.col = max(1, col) - 1
-            if self.rows is not None and n > self.rows:
-                self.status_at = n  # below the scroll region: a status row
-                return
-            self.status_at = None
-            self._goto_row(self._screen_row(n - 1), origin)
-        elif final == "d":
-            self._goto_row(self._screen_row(n - 1), origin)
-        elif final == "r":
-            # A scroll region: rows below its bottom are status rows, outside the log. Set
-            # back to a taller one (or reset), they rejoin it, and the command erases them.
-            bottom = args[1] if len(args) > 1 else 0
-            if bottom > 1 and (self.rows is None or bottom <= self.rows):
-                self.rows = bottom
-            else:
-                self.rows, self.status, self.status_at = None, {}, None
-        elif final == "K":
-            line = self.lines[self.row]
-            if first == 0:
-                self.lines[self.row] = line[: self.col]
-            elif first == 1:
-                self.lines[self.row] = " " * (self.col + 1) + line[self.col + 1 :]
-            elif first == 2:
-                self.lines[self.row] = ""
-        elif final == "J":
-            if first == 0:
-                self.lines[self.row] = self.lines[self.row][: self.col]
-                del self.lines[self.row + 1 :], self.origins[self.row + 1 :]
-            elif first == 1:
-                for r in range(self.row):
-                    self.lines[r] = ""
-                line = self.lines[self.row]
-                self.lines[self.row] = " " * (self.col + 1) + line[self.col + 1 :]
-            elif first in (2, 3):
-                self._clear(origin)
-        elif final == "P":
-            line = self.lines[self.row]
-            self.lines[self.row] = line[: self.col] + line[self.col + n :]
-        elif final == "X":
-            line = self.lines[self.row]
-            if self.col < len(line):
-                self.lines[self.row] = line[: self.col] + " " * n + line[self.col + n :]
-        elif final == "@":
-            line = self.lines[self.row]
-            if self.col < len(line):
-                self.lines[self.row] = line[: self.col] + " " * n + line[self.col :]
-        elif final == "L":
-            self.lines[self.row : self.row] = [""] * n
-            self.origins[self.row : self.row] = [origin] * n
-            if len(self.lines) > self.height:
-                del self.lines[self.height :], self.origins[self.height :]
-        elif final == "M":
-            del self.lines[self.row : self.row + n], self.origins[self.row : self.row + n]
-            if not self.lines:
-                self.lines, self.origins = [""], [origin]
-            self.row = min(self.row, len(self.lines) - 1)
-        elif final == "s":
-            self.saved = (self.row, self.col)
-        elif final == "u":
-            self.status_at = None
-            self._goto_row(self.saved[0], origin)
-            self.col = self.saved[1]
 
 
 def shown(text: str) -> str:
@@ -453,7 +95,7 @@ def _decode(data: bytes, final: bool) -> tuple[str, int]:
 def _run(data: bytes, *, final: bool, base: int = 0) -> tuple[list[str], list[int], int]:
     """Final lines of ``data``, where each began, and the bytes interpreted."""
     text, used = _decode(data, final)
-    screen = _Screen(base=base)
+    screen = Screen(base=base)
     taken = screen.feed(text, final=final)
     if taken < len(text):
         used = base + len(text[:taken].encode("utf-8", "surrogateescape"))
@@ -473,7 +115,7 @@ def render(data: bytes, *, final: bool = True) -> Rendered:
 def render_text(text: str) -> str:
     """Already decoded text (an event's field) as a terminal would show it. Rendering its
     own result again changes nothing."""
-    screen = _Screen()
+    screen = Screen()
     screen.feed(text, final=True)
     lines, _ = screen.finish()
     return shown("\n".join(lines))
@@ -547,7 +189,7 @@ class TerminalRenderer:
     joined equal ``render`` of all the bytes, however the input was split."""
 
     def __init__(self, height: int = SCREEN_LINES) -> None:
-        self._screen = _Screen(height)
+        self._screen = Screen(height)
         self._carry = b""
         self._fed = 0
         self._emitted = 0

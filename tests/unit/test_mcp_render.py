@@ -10,6 +10,7 @@ from supervisor.core.models import TaskInfo
 from supervisor.interfaces.client import Chunk, SandvisorClient
 from supervisor.interfaces.mcp import texts
 from supervisor.interfaces.mcp.bridge import SessionBridge
+from supervisor.interfaces.mcp.output import foreground_output
 
 TID = "bg-1a2b3c4d"
 
@@ -74,7 +75,7 @@ async def test_a_progress_bar_result_fits_whole_once_rendered() -> None:
     # 1.6 MB of frames: before issue 25 a truncated head and tail of stale frames.
     out = b"step 1\n" + progress(100_000) + b"\nall done\n"
     stub = StubDaemon(out)
-    text = await bridge(stub)._output(info(stub))
+    text = await foreground_output(cast(SandvisorClient, stub), "s", info(stub))
     assert text == "step 1\n100000/100000\nall done"
 
 
@@ -82,7 +83,7 @@ async def test_a_long_result_is_truncated_after_rendering_with_the_raw_offsets()
     out = b"".join(b"\x1b[1mline %06d\x1b[0m ok\n" % i for i in range(20_000))
     stub = StubDaemon(out)
     b = bridge(stub)
-    text = await b._output(info(stub))
+    text = await foreground_output(cast(SandvisorClient, stub), "s", info(stub))
     assert len(text) <= texts.MAX_OUTPUT_CHARS + 400 and "\\x1b" not in text
     assert text.startswith("line 000000 ok\n") and text.endswith("line 019999 ok")
     found = re.search(r"bytes (\d+)-(\d+) \(the middle\) are left out", text)

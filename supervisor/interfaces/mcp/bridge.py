@@ -12,7 +12,6 @@ Notifications reach the agent two ways:
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -33,18 +32,15 @@ from supervisor.core.events import EVENT_ADAPTER, NOTIFY_TYPES, TaskFailed, Task
 from supervisor.core.models import TaskInfo
 from supervisor.core.problems import InvalidRequest
 from supervisor.core.render import render_xml
-from supervisor.core.terminal import Rendered, render, render_head, render_tail, render_text
-from supervisor.core.text import describe_end, utf8_safe_end
+from supervisor.core.terminal import render_text
 from supervisor.core.wire import make_error
 from supervisor.interfaces.client import SandvisorClient, task_info
+from supervisor.interfaces.mcp import output as reading
 from supervisor.interfaces.mcp import specs, texts, workspace_texts
 from supervisor.interfaces.mcp.specs import BashCall, Planned
 from supervisor.interfaces.mcp.texts import (
     COMPLETION_TAIL_CHARS,
-    HEAD_CHARS,
-    MAX_OUTPUT_CHARS,
     NOTIFY_MAX_CHARS,
-    READ_BYTES,
 )
 from supervisor.interfaces.mcp.workspace_texts import WorkspaceJson
 
@@ -54,11 +50,6 @@ FOREGROUND_SLACK_S: Final = 30.0
 STOP_TIMEOUT_S: Final = 30.0
 #: Pause before following events again after the daemon failed to answer.
 RETRY_S: Final = 1.0
-#: An output up to this size is read whole and rendered for a ``bash`` result; a longer one
-#: is rendered from its first and last ``EDGE_BYTES`` (the middle is left out either way
-#: when the rendering is over ``MAX_OUTPUT_CHARS``).
-WHOLE_BYTES: Final = 4 << 20
-EDGE_BYTES: Final = 1 << 20
 #: How long a foreground command runs before it is moved to the background (``sandvisor mcp
 #: --auto-background-after``; 0: never, it runs in the foreground until it ends).
 AUTO_BACKGROUND_S: Final = 30.0
@@ -88,13 +79,6 @@ def _level_for(ev: Any) -> types.LoggingLevel:
     if isinstance(ev, TaskStopped):
         return "notice"
     return "info"
-
-
-def _decode(data: bytes, final: bool) -> tuple[str, int]:
-    """UTF-8 text of ``data`` and how many bytes it covers: an incomplete character at the
-    end of a read that is not final is left for the next read instead of becoming U+FFFD."""
-    used = len(data) if final else utf8_safe_end(data)
-    return data[:used].decode("utf-8", "replace"), used
 
 
 class SessionBridge:
@@ -189,7 +173,11 @@ class SessionBridge:
         if tid not in self.moved or item.get("type") not in ("task.stopped", "task.failed"):
             return item
         try:
-            tail = (await self._tail(str(tid), COMPLETION_TAIL_CHARS))[0].text
+            tail = (
+                await reading.rendered_tail(
+                    self.client, self.session_id, str(tid), COMPLETION_TAIL_CHARS
+                )
+            )[0].text
         except SupervisorError as exc:
             warn(f"could not read the output of {tid}: {exc}")
             return item
@@ -286,7 +274,7 @@ class SessionBridge:
                 final.error_code or "task_failed",
                 f"the command could not be started: {final.error or 'unknown error'}",
             )
-        output = await self._output(final)
+        output = await reading.foreground_output(self.client, self.session_id, final)
         return texts.foreground_result(output, final, planned.timeout_ms)
 
     async def _to_background(self, task_id: str, planned: Planned) -> str | None:
@@ -304,53 +292,12 @@ class SessionBridge:
             self.foreground.discard(task_id)
             self.moved.add(task_id)
         try:
-            output = await self._output(info)
+            output = await reading.foreground_output(self.client, self.session_id, info)
         except SupervisorError as exc:  # it runs on all the same: say where its output is
             output = f"(its output so far could not be read: {exc})"
         return texts.moved_to_background(
             output, info, self.auto_background_s, planned.spec.get("poll_every_s")
         )
-
-    async def _output(self, info: TaskInfo) -> str:
-        """What the task printed up to ``info``'s snapshot (all of it once it has ended),
-        as a terminal shows it, cut to fit a result after rendering: its start and its
-        end, with the raw bytes left out between them named."""
-        sid, tid, size = self.session_id, info.task_id, info.output_bytes
-        if size == 0:
-            return ""
-        ended = info.ended
-        if size <= WHOLE_BYTES:
-            # An ended task's file is complete: read one byte more to reach its end.
-            piece = await self.client.read_output(sid, tid, limit=size + int(ended))
-            whole = render(piece.data, final=ended)
-            if len(whole.text) <= MAX_OUTPUT_CHARS:
-                return whole.text.rstrip("\n")
-            head = render_head(piece.data, HEAD_CHARS, final=False)
-            tail = render_tail(
-                piece.data, MAX_OUTPUT_CHARS - HEAD_CHARS, final=ended, floor=head.end
-            )
-            left_out = (head.end, tail.start)
-        else:
-            first = await self.client.read_output(sid, tid, limit=EDGE_BYTES)
-            head = render_head(first.data, HEAD_CHARS, final=False)
-            tail, start = await self._tail(tid, MAX_OUTPUT_CHARS - HEAD_CHARS, size=size)
-            left_out = (head.end, start)
-        return texts.truncated(head.text, tail.text, info, left_out, so_far=not ended)
-
-    async def _tail(
-        self, task_id: str, chars: int, *, size: int | None = None
-    ) -> tuple[Rendered, int]:
-        """The last ``chars`` characters as a terminal shows them, rendered from the last
-        ``EDGE_BYTES`` of the file (up to ``size``, default: as long as it is now); and the
-        file offset where the bytes shown begin."""
-        if size is None:
-            size = task_info(await self.client.task(self.session_id, task_id)).output_bytes
-        start = max(0, size - EDGE_BYTES)
-        piece = await self.client.read_output(
-            self.session_id, task_id, offset=start, limit=EDGE_BYTES + 1
-        )
-        shown = render_tail(piece.data, chars, final=piece.eof, whole=start == 0)
-        return shown, start + shown.start
 
     async def task_output(
         self,
@@ -361,55 +308,9 @@ class SessionBridge:
         *,
         raw: bool = False,
     ) -> str:
-        if offset is not None and tail is not None:
-            raise InvalidRequest("give either offset or tail, not both")
-        regex = None
-        if line_filter is not None:
-            try:
-                regex = re.compile(line_filter)
-            except re.error as exc:
-                raise InvalidRequest(
-                    f"not a valid regular expression ({exc})", field="filter"
-                ) from exc
-        # Status first: if it says ended, the output read afterwards is complete.
-        info = task_info(await self.client.task(self.session_id, task_id))
-        head = f'Task {task_id} "{texts.label(info)}": {describe_end(info)}'
-        if tail is not None and raw:
-            text = await self.client.tail(self.session_id, task_id, tail)
-            where = f"last {len(text)} characters (raw); next_offset: {info.output_bytes}"
-        elif tail is not None:
-            shown, _ = await self._tail(task_id, tail, size=info.output_bytes)
-            text = shown.text
-            where = f"last {len(text)} characters; next_offset: {info.output_bytes}"
-        else:
-            start = offset or 0
-            piece = await self.client.read_output(
-                self.session_id, task_id, offset=start, limit=READ_BYTES
-            )
-            if raw:
-                text, used = _decode(piece.data, final=piece.eof)
-            else:
-                # A partial escape sequence at the end is not consumed: next_offset stops
-                # before it, and the next read renders it whole.
-                rendered = render(piece.data, final=piece.eof)
-                text, used = rendered.text, rendered.end
-            more = (
-                "no (the task has ended)"
-                if piece.eof
-                else "yes"
-                if len(piece.data) >= READ_BYTES
-                else ("not yet (the task is still running)" if not info.ended else "no")
-            )
-            where = f"bytes {start}-{start + used}; next_offset: {start + used}; more: {more}"
-            if raw:
-                where += "; raw"
-        if regex is not None:
-            lines = text.splitlines()
-            kept = [line for line in lines if regex.search(line)]
-            where += f"; filter matched {len(kept)} of {len(lines)} lines"
-            text = "\n".join(kept)
-        body = text.rstrip("\n") if text else "(no output)"
-        return f"{head}\n{where}\n---\n{body}"
+        return await reading.task_output(
+            self.client, self.session_id, task_id, offset, tail, line_filter, raw=raw
+        )
 
     async def task_stop(self, task_id: str) -> str:
         return texts.stopped(task_info(await self.client.stop(self.session_id, task_id)))
