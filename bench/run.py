@@ -46,6 +46,7 @@ BENCHMARKS = {
     "workspace-start": "bench.workspace_start",
     "dashboard": "bench.dashboard",
     "swarm": "bench.swarm",
+    "terminal": "bench.terminal",
 }
 ALIASES = {"event-latency": "latency", "events": "latency", "under-attack": "attack"}
 

@@ -78,7 +78,8 @@ class TaskPoll(BaseEvent):
     description: str
     running_ms: int
     tail: str
-    """The last ``poll_tail_chars`` characters of output."""
+    """The last ``poll_tail_chars`` characters of output, as a terminal shows them
+    (``core.terminal``: no escape sequences, a progress bar at its last frame)."""
     new_bytes: int
     """Bytes of output since the previous poll."""
 
@@ -94,7 +95,7 @@ class TaskStalled(BaseEvent):
     """``process_state``: the kernel shows a read on the stdin pipe; ``heuristic``: silence,
     idle CPU and a prompt-like tail."""
     last_output: str
-    """The last lines of output."""
+    """The last lines of output, as a terminal shows them (``core.terminal``)."""
     waiting_ms: int
     """How long the task has been waiting."""
 

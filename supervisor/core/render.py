@@ -1,4 +1,8 @@
-"""Agent-facing rendering of events: ``<task-notification>`` blocks and their JSON twins."""
+"""Agent-facing rendering of events: ``<task-notification>`` blocks and their JSON twins.
+
+The task's own text in them (poll and stall tails, monitor lines) is shown as a terminal
+would show it (``core.terminal``: no escape sequences, progress bars at their last frame);
+the events themselves keep it as it was."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from supervisor.core.events import (
     TaskStopped,
 )
 from supervisor.core.lifecycle import status_for
+from supervisor.core.terminal import render_text
 from supervisor.core.text import REASON_TEXT, format_duration, task_label
 from supervisor.core.visible import visible
 
@@ -100,7 +105,8 @@ def render_xml(ev: BaseEvent) -> str | None:
                 f"<output-file>{xml_text(ev.output_path)}</output-file>",
                 f'<summary>Background command "{xml_text(_label(ev))}" appears to be waiting '
                 "for interactive input</summary>",
-                f"<last-output>\n{xml_text(_last_lines(ev.last_output))}\n</last-output>",
+                f"<last-output>\n{xml_text(_last_lines(render_text(ev.last_output)))}\n"
+                "</last-output>",
                 "<hint>Either send the answer to its stdin (task_input / sandvisor input, e.g. "
                 '"y\\n"), or stop it and rerun the command with its input piped in '
                 "(e.g. `yes | CMD`, `CMD &lt; answers.txt`, or a --yes/--non-interactive "
@@ -112,14 +118,14 @@ def render_xml(ev: BaseEvent) -> str | None:
         return (
             f'<background_task_poll taskId="{xml_attr(ev.task_id or "")}" '
             f'command="{xml_attr(ev.command)}" runningMs="{ev.running_ms}">\n'
-            f"<log_tail>\n{xml_text(ev.tail)}\n</log_tail>\n"
+            f"<log_tail>\n{xml_text(render_text(ev.tail))}\n</log_tail>\n"
             "</background_task_poll>"
         )
     if isinstance(ev, TaskOutput):
         mark = "\n[line continues in the next event]" if ev.cut else ""
         return (
             f'<task-output task-id="{xml_attr(ev.task_id or "")}" ordinal="{ev.ordinal}" '
-            f'lines="{ev.lines}">\n{xml_text(ev.text)}{mark}\n</task-output>'
+            f'lines="{ev.lines}">\n{xml_text(render_text(ev.text))}{mark}\n</task-output>'
         )
     if isinstance(ev, TaskOutputSuppressed):
         return (

@@ -11,6 +11,11 @@ longer than the scan window (1 MiB) is searched in windows of that size starting
 window: a match up to half a window long is found anywhere in the line; the reported
 ``line`` is then the window that matched and ``offset`` where that window starts.
 
+A line also matches when it matches as a terminal shows it (``core.terminal``), so ``ok``
+matches ``\\x1b[32mok\\x1b[0m`` and ``100%`` the last frame of a ``\\r`` progress bar: a
+line holding ESC, ``\\r`` or ``\\b`` (and no longer than the window) is searched rendered
+too. The reported ``line`` and ``offset`` are still the raw line's.
+
 Syntax: RE2's, which is Python's for everyday patterns (``^ready$``, ``\\d+``, ``(?i)error``,
 classes, groups, ``(?P<name>...)``, ``{n,m}``, ``{,n}``). Refused with a ``SpecError``:
 backreferences, lookahead/lookbehind, atomic groups, possessive quantifiers, conditionals,
@@ -29,6 +34,7 @@ import re2
 
 from supervisor.core.errors import SpecError
 from supervisor.core.models import PatternMatch
+from supervisor.core.terminal import render
 
 #: Longest pattern accepted, in characters.
 MAX_PATTERN_CHARS = 10_000
@@ -47,6 +53,8 @@ _SLICE = 1 << 20
 #: relies on ``(?m)``, so the ``m`` is dropped from them.
 _FLAGS_OFF_M = re.compile(r"\(\?([imsU]*)-([imsU]*)([:)])")
 _UP_TO = re.compile(r"\{,(\d+)\}")
+#: Bytes that make a line read differently on a terminal (escape sequences, overwrites).
+_DRAWN = re.compile(rb"[\x1b\r\x08]")
 
 
 class _Compiled(Protocol):
@@ -325,6 +333,8 @@ class LineScanner:
             self._k += 1
             if found is not None or last:
                 break
+        if found is None and ends and self._base == 0 and size <= self._window:
+            found = self._rendered(self._buf, 0, size, self._line)
         if ends:
             self._line += size + 1
             self._buf.clear()
@@ -348,7 +358,37 @@ class LineScanner:
 
     # -- whole lines inside one chunk ------------------------------------------------
 
+    def _rendered(
+        self, data: bytes | bytearray, start: int, end: int, offset: int
+    ) -> PatternMatch | None:
+        """The line ``data[start:end]`` (file ``offset``) if it has terminal sequences or
+        overwrites and matches as a terminal shows it."""
+        if end - start > self._window or not _DRAWN.search(data, start, end):
+            return None
+        if not self.pattern.matches(render(bytes(data[start:end])).text):
+            return None
+        return self._found(data[start:end], offset)
+
     def _lines(self, data: bytes, a: int, b: int, offset: int) -> PatternMatch | None:
+        """Search the complete lines ``data[a:b]`` (``data[b]`` is their last newline): the
+        first line that matches as printed or as rendered."""
+        pos = a
+        while (drawn := _DRAWN.search(data, pos, b)) is not None:
+            start = data.rfind(b"\n", a, drawn.start()) + 1 or a
+            end = data.find(b"\n", drawn.start(), b + 1)
+            rendered = self._rendered_quiet(data, start, end)
+            if rendered:
+                # An earlier line may match as printed: search those first.
+                found = self._raw_lines(data, a, start - 1, offset) if start > a else None
+                return found or self._found(data[start:end], offset + start)
+            pos = end + 1
+        return self._raw_lines(data, a, b, offset)
+
+    def _rendered_quiet(self, data: bytes, start: int, end: int) -> bool:
+        """Whether the line ``data[start:end]`` matches as a terminal shows it."""
+        return end - start <= self._window and self.pattern.matches(render(data[start:end]).text)
+
+    def _raw_lines(self, data: bytes, a: int, b: int, offset: int) -> PatternMatch | None:
         """Search the complete lines ``data[a:b]`` (``data[b]`` is their last newline) with
         one RE2 search per match candidate, not one per line."""
         text = _clean(data)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from supervisor.core.models import OutputSlice
 from supervisor.core.resync import log_length, split_messages
+from supervisor.core.terminal import render_tail
 from supervisor.core.text import utf8_safe_end
 
 T = TypeVar("T")
@@ -342,3 +343,38 @@ async def read_tail(path: Path, chars: int, io: Executor | None = None) -> str:
     raw = await loop.run_in_executor(io, tail)
     text = raw.decode("utf-8", "replace")
     return text[-chars:] if chars > 0 else ""
+
+
+#: Most bytes read from a file's end to fill a rendered tail: a progress bar's frames render
+#: to little, so the window grows (x8 from ``4 * chars``) until the tail is full or this.
+RENDER_WINDOW = 1 << 20
+
+
+def rendered_tail_of(path: Path, chars: int, *, final: bool) -> str:
+    """The last ``chars`` characters of the file as a terminal shows them (blocking; run in
+    a worker thread). Not ``final`` (the task runs): an incomplete escape sequence at the end
+    is left out until the rest of it comes."""
+    try:
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            window = min(size, max(4 * chars, 4096))
+            while True:
+                fh.seek(size - window)
+                data = fh.read(window)
+                start = size - window
+                text = render_tail(data, chars, final=final, whole=start == 0).text
+                if len(text) >= chars or start == 0 or window >= RENDER_WINDOW:
+                    return text
+                window = min(size, window * 8, RENDER_WINDOW)
+    except FileNotFoundError:
+        return ""
+
+
+async def read_rendered_tail(
+    path: Path, chars: int, io: Executor | None = None, *, final: bool = False
+) -> str:
+    """:func:`rendered_tail_of` in ``io``: the tail agents are handed (polls, stall notices)."""
+    if chars <= 0:
+        return ""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(io, lambda: rendered_tail_of(path, chars, final=final))

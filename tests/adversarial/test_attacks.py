@@ -481,8 +481,11 @@ async def test_binary_output_renders_as_valid_xml_with_visible_controls(arena: A
         }
         assert not bad, (ev.type, bad)
         if ev.type in ("task.output", "task.poll"):
-            for visible in ("\\x00nul", "\\x1b[31mred", "\\x1b]0;pwned-title\\x07", "\\x7f del"):
+            # Rendered as a terminal shows it (issue 25): the colour and the title are
+            # gone, the other controls are visible; the file above kept every byte.
+            for visible in ("\\x00nul", "\\x07belbs red ", "\\x7f del", "\\x01\\x02\\x03 end"):
                 assert visible in xml, (visible, xml)
+            assert "pwned-title" not in xml and "\\x1b" not in xml, xml
     await arena.finish()
 
 

@@ -224,6 +224,56 @@ async def test_monitor_lines_arrive_as_task_output_blocks(daemon: Daemon) -> Non
         await mcp.ok("task_stop", task_id=task_id)
 
 
+#: Coloured test lines, then a 3000-frame progress counter redrawn with \r.
+COLOURED = (
+    "printf '\\033[1mtest_api\\033[0m ... \\033[32mok\\033[0m\\n'; i=0; "
+    "while [ $i -le 3000 ]; do printf '\\rprogress %d%%' $i; i=$((i+1)); done; "
+    "printf '\\n\\033]8;;https://example.com\\033\\\\docs\\033]8;;\\033\\\\ done\\n'"
+)
+
+
+async def test_the_agent_reads_output_as_a_terminal_shows_it(daemon: Daemon) -> None:
+    """Issue 25: MCP results and monitor blocks are rendered; raw=true and the output file
+    keep every byte."""
+    async with mcp_client(daemon, "--policy", "fast") as mcp:
+        text = await mcp.ok("bash", command=COLOURED)
+        assert text.startswith("test_api ... ok\nprogress 3000%\ndocs done\nExit code: 0"), text
+
+        started = await mcp.ok("bash", command=COLOURED, run_in_background=True)
+        match = _BG.search(started)
+        assert match, started
+        task_id, output_path = match.groups()
+        await mcp.ok("task_wait", task_id=task_id)
+        raw_file = Path(output_path).read_bytes()
+        assert raw_file.count(b"\rprogress") == 3001  # the file holds every frame
+        shown = await mcp.ok("task_output", task_id=task_id)
+        assert "bytes 0-30000; next_offset: 30000; more: yes" in shown, shown
+        assert shown.split("---\n", 1)[1].startswith("test_api ... ok\nprogress ")
+        rest = await mcp.ok("task_output", task_id=task_id, offset=30_000)
+        assert f"next_offset: {len(raw_file)}; more: no" in rest, rest
+        assert rest.split("---\n", 1)[1] == "progress 3000%\ndocs done", rest
+        tail = await mcp.ok("task_output", task_id=task_id, tail=30)
+        assert tail.split("---\n", 1)[1] == "progress 3000%\ndocs done", tail
+        raw = await mcp.ok("task_output", task_id=task_id, raw=True)
+        assert "\x1b[32mok\x1b[0m" in raw and "\rprogress 2000%\rprogress 2001%" in raw
+        matched = await mcp.ok("task_wait", task_id=task_id, pattern="^test_api ... ok$")
+        assert matched.startswith("Matched at offset 0") and matched.endswith("test_api ... ok")
+
+        started = await mcp.ok(
+            "monitor_start",
+            command="printf '\\033[31mFAIL\\033[0m one\\n'; exec sleep 120",
+            description="coloured monitor",
+            timeout_ms=60_000,
+        )
+        monitor = re.search(r"Monitor started with ID: (\S+)\.", started)
+        assert monitor, started
+        await mcp.wait_for_log("FAIL")
+        await mcp.ok("task_list")
+        joined = "\n".join(mcp.results)
+        assert re.search(rf'<task-output task-id="{monitor.group(1)}"[^>]*>\nFAIL one\n', joined)
+        await mcp.ok("task_stop", task_id=monitor.group(1))
+
+
 async def test_list_tools_shows_every_tool_with_schemas(daemon: Daemon) -> None:
     async with mcp_client(daemon) as mcp:
         listed = await mcp.session.list_tools()
@@ -259,7 +309,8 @@ async def test_list_tools_shows_every_tool_with_schemas(daemon: Daemon) -> None:
 
         output = tools["task_output"].input_schema
         assert output["required"] == ["task_id"]
-        assert set(output["properties"]) == {"task_id", "offset", "tail", "filter"}
+        assert set(output["properties"]) == {"task_id", "offset", "tail", "filter", "raw"}
+        assert output["properties"]["raw"]["default"] is False
         assert {"minimum": 0, "type": "integer"} in output["properties"]["offset"]["anyOf"]
         assert tools["task_input"].input_schema["required"] == ["task_id", "text"]
         assert tools["task_wait"].input_schema["properties"]["timeout"]["default"] == 30_000

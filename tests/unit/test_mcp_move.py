@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from supervisor.interfaces.client import SandvisorClient
+from supervisor.interfaces.client import Chunk, SandvisorClient
 from supervisor.interfaces.mcp.bridge import SessionBridge
 from supervisor.interfaces.mcp.specs import BashCall, foreground
 
 TID = "bg-1a2b3c4d"
+#: What the task printed (coloured: the agent reads it rendered).
+OUTPUT = b"\x1b[1mstep 1\x1b[0m\ndone\n"
 
 
 class StubDaemon:
@@ -54,14 +56,17 @@ class StubDaemon:
             "created_at": 0.0,
             "reason": "exit" if ended else None,
             "exit_code": 0 if ended else None,
-            "output_bytes": 0,
+            "output_bytes": len(OUTPUT),
         }
         if self.task_gate is not None:  # the answer is on its way while the task goes on
             await self.task_gate.wait()
         return body
 
-    async def tail(self, session_id: str, task_id: str, chars: int = 4000) -> str:
-        return "step 1\ndone\n"[-chars:]
+    async def read_output(
+        self, session_id: str, task_id: str, *, offset: int = 0, limit: int = 65536
+    ) -> Chunk:
+        data = OUTPUT[offset : offset + limit]
+        return Chunk(data, offset, offset + len(data), self.status == "completed")
 
     async def pending(self, session_id: str, consumer: str, fmt: str = "xml") -> dict[str, Any]:
         items = [e for e in self.events if e["seq"] > self.acked]

@@ -234,8 +234,10 @@ def test_started_in_background_says_its_lifetime_and_polls() -> None:
 
 def test_truncated_output_of_a_running_command_says_so_far() -> None:
     info = _info(output_bytes=50_000)
-    assert "50000 bytes so far" in texts.truncated("a\nb", "y\nz\n", info, so_far=True)
-    assert "50000 bytes in all" in texts.truncated("a\nb", "y\nz\n", info)
+    cut = texts.truncated("a\n", "y\nz\n", info, (2, 49_996), so_far=True)
+    assert "50000 bytes so far" in cut
+    assert "bytes 2-49996 (the middle) are left out" in cut and "offset=2." in cut
+    assert "50000 bytes in all" in texts.truncated("a\n", "y\nz\n", info, (2, 49_996))
 
 
 def test_the_bash_description_follows_the_auto_background_setting() -> None:

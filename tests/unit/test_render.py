@@ -260,7 +260,7 @@ def test_poll_shape() -> None:
 
 def test_escaping_in_command_and_output() -> None:
     cmd = 'echo "<b>" & cat a\'b\n\r\x00\x1b[31m'
-    out = "<script>&amp; \x00 \x1b[2J \x07 tab\tok"
+    out = "<script>&amp; \x00 \x1b[31mred\x1b[0m \x07 tab\tok \x1b"
     xml = render_xml(poll(command=cmd, tail=out))
     assert xml is not None
     assert "\x00" not in xml
@@ -272,10 +272,12 @@ def test_escaping_in_command_and_output() -> None:
         'command="echo &quot;&lt;b&gt;&quot; &amp; cat a\'b&#10;&#13;\\x00\\x1b[31m" '
         'runningMs="4500">'
     )
-    assert "&lt;script&gt;&amp;amp; \\x00 \\x1b[2J \\x07 tab\tok" in xml
+    # The tail as a terminal shows it (issue 25): the colour is gone, other controls and a
+    # stray ESC are visible.
+    assert "&lt;script&gt;&amp;amp; \\x00 red \\x07 tab\tok \\x1b" in xml
     root = parse(xml)  # well-formed XML despite hostile input
     assert root.get("command") == 'echo "<b>" & cat a\'b\n\r\\x00\\x1b[31m'
-    assert root.findtext("log_tail") == "\n<script>&amp; \\x00 \\x1b[2J \\x07 tab\tok\n"
+    assert root.findtext("log_tail") == "\n<script>&amp; \\x00 red \\x07 tab\tok \\x1b\n"
 
 
 def test_escaping_in_notification_fields() -> None:
@@ -295,7 +297,20 @@ def test_escaping_in_stall_notice() -> None:
     assert root.findtext("summary") == (
         'Background command "ask <me>" appears to be waiting for interactive input'
     )
-    assert root.findtext("last-output") == "\nPassword: \\x00\\x1b]0;pwn\\x07 &\n"
+    # The title sequence is a terminal's, not text: gone; NUL stays visible.
+    assert root.findtext("last-output") == "\nPassword: \\x00 &\n"
+
+
+def test_task_text_is_rendered_as_a_terminal_shows_it() -> None:
+    """Issue 25: what the dashboard screenshot showed, and a progress bar's frames."""
+    colour = "\x1b[1mtest_api\x1b[0m ... \x1b[32mok\x1b[0m (37 ms)\n"
+    bar = "".join(f"\rdownloading {i:3d}%" for i in range(0, 101, 5)) + "\n"
+    root = parse(render_xml(poll(tail=colour + bar)))
+    assert root.findtext("log_tail") == "\ntest_api ... ok (37 ms)\ndownloading 100%\n\n"
+    ev = stalled(last_output="\x1b[1mProceed?\x1b[0m [y/N] ")
+    assert parse(render_xml(ev)).findtext("last-output") == "\nProceed? [y/N] \n"
+    # The event keeps the text exactly; only what the agent reads is rendered.
+    assert poll(tail=colour).tail == colour
 
 
 def test_xml_helpers() -> None:

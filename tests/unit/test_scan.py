@@ -373,3 +373,34 @@ def test_matches_takes_str_or_bytes_lines() -> None:
     assert pattern.matches("x\ud800y")  # so does a lone surrogate
     assert not pattern.matches("x€€y")
     assert compile_pattern("b$").matches("a\nb\nc")  # several lines: any of them
+
+
+# -- issue 25: a line matches as a terminal shows it too ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern", "offset"),
+    [
+        (b"a\n\x1b[32mok\x1b[0m\nb\n", "^ok$", 2),
+        (b"\x1b[32mok\x1b[0m\n", "^ok$", 0),
+        (b"x\n10%\r55%\r100%\n", "^100%$", 2),
+        (b"x\nready\r\n", "^ready$", 2),
+        (b"x\nok\n\x1b[1mok\x1b[0m\n", "^ok$", 2),  # the earlier plain line comes first
+        (b"\x1b[1mfirst\x1b[0m ok\nplain ok\n", "^first ok$", 0),
+    ],
+)
+def test_a_line_matches_as_rendered(data: bytes, pattern: str, offset: int) -> None:
+    for split in range(len(data) + 1):
+        scanner = LineScanner(compile_pattern(pattern))
+        found = scanner.feed(data[:split], 0) or scanner.feed(data[split:], split)
+        found = found or scanner.finish()
+        assert found is not None, split
+        assert found.offset == offset, split
+        # The line reported is the raw one, so offsets after it stay the file's.
+        line_end = data.index(b"\n", offset)
+        assert found.line == data[offset:line_end].decode(), split
+
+
+def test_a_rendered_line_that_does_not_match_is_not_reported() -> None:
+    scanner = LineScanner(compile_pattern("^10%$"))
+    assert scanner.feed(b"10%\r100%\n\x1b[1mstill\x1b[0m\n", 0) is None

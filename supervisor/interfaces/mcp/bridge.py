@@ -12,7 +12,6 @@ Notifications reach the agent two ways:
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -27,18 +26,16 @@ from supervisor.core.events import EVENT_ADAPTER, NOTIFY_TYPES, TaskFailed, Task
 from supervisor.core.models import TaskInfo
 from supervisor.core.problems import InvalidRequest
 from supervisor.core.render import render_xml
-from supervisor.core.text import describe_end, utf8_safe_end
+from supervisor.core.terminal import render_text
 from supervisor.core.wire import make_error
 from supervisor.interfaces.client import SandvisorClient, task_info
 from supervisor.interfaces.http_errors import NotFound
+from supervisor.interfaces.mcp import output as reading
 from supervisor.interfaces.mcp import specs, texts, workspace_texts
 from supervisor.interfaces.mcp.specs import BashCall, Planned
 from supervisor.interfaces.mcp.texts import (
     COMPLETION_TAIL_CHARS,
-    HEAD_CHARS,
-    MAX_OUTPUT_CHARS,
     NOTIFY_MAX_CHARS,
-    READ_BYTES,
 )
 from supervisor.interfaces.mcp.workspace_texts import WorkspaceJson
 
@@ -77,13 +74,6 @@ def _level_for(ev: Any) -> types.LoggingLevel:
     if isinstance(ev, TaskStopped):
         return "notice"
     return "info"
-
-
-def _decode(data: bytes, final: bool) -> tuple[str, int]:
-    """UTF-8 text of ``data`` and how many bytes it covers: an incomplete character at the
-    end of a read that is not final is left for the next read instead of becoming U+FFFD."""
-    used = len(data) if final else utf8_safe_end(data)
-    return data[:used].decode("utf-8", "replace"), used
 
 
 class SessionBridge:
@@ -178,7 +168,11 @@ class SessionBridge:
         if tid not in self.moved or item.get("type") not in ("task.stopped", "task.failed"):
             return item
         try:
-            tail = await self.client.tail(self.session_id, str(tid), COMPLETION_TAIL_CHARS)
+            tail = (
+                await reading.rendered_tail(
+                    self.client, self.session_id, str(tid), COMPLETION_TAIL_CHARS
+                )
+            )[0].text
         except SupervisorError as exc:
             warn(f"could not read the output of {tid}: {exc}")
             return item
@@ -275,7 +269,7 @@ class SessionBridge:
                 final.error_code or "task_failed",
                 f"the command could not be started: {final.error or 'unknown error'}",
             )
-        output = await self._output(final)
+        output = await reading.foreground_output(self.client, self.session_id, final)
         return texts.foreground_result(output, final, planned.timeout_ms)
 
     async def _to_background(self, task_id: str, planned: Planned) -> str | None:
@@ -293,68 +287,25 @@ class SessionBridge:
             self.foreground.discard(task_id)
             self.moved.add(task_id)
         try:
-            output = await self._output(info)
+            output = await reading.foreground_output(self.client, self.session_id, info)
         except SupervisorError as exc:  # it runs on all the same: say where its output is
             output = f"(its output so far could not be read: {exc})"
         return texts.moved_to_background(
             output, info, self.auto_background_s, planned.spec.get("poll_every_s")
         )
 
-    async def _output(self, info: TaskInfo) -> str:
-        """What the task printed up to ``info``'s snapshot (all of it once it has ended),
-        cut to fit a result: its start and its end."""
-        sid, tid, size = self.session_id, info.task_id, info.output_bytes
-        if size == 0:
-            return ""
-        if size <= MAX_OUTPUT_CHARS:
-            # An ended task's file is complete: read one byte more to reach its end.
-            piece = await self.client.read_output(sid, tid, limit=size + int(info.ended))
-            return _decode(piece.data, final=info.ended)[0].rstrip("\n")
-        start = await self.client.read_output(sid, tid, limit=HEAD_CHARS)
-        head, _ = _decode(start.data, final=False)
-        tail = await self.client.tail(sid, tid, MAX_OUTPUT_CHARS - HEAD_CHARS)
-        return texts.truncated(head, tail, info, so_far=not info.ended)
-
     async def task_output(
-        self, task_id: str, offset: int | None, tail: int | None, line_filter: str | None
+        self,
+        task_id: str,
+        offset: int | None,
+        tail: int | None,
+        line_filter: str | None,
+        *,
+        raw: bool = False,
     ) -> str:
-        if offset is not None and tail is not None:
-            raise InvalidRequest("give either offset or tail, not both")
-        regex = None
-        if line_filter is not None:
-            try:
-                regex = re.compile(line_filter)
-            except re.error as exc:
-                raise InvalidRequest(
-                    f"not a valid regular expression ({exc})", field="filter"
-                ) from exc
-        # Status first: if it says ended, the output read afterwards is complete.
-        info = task_info(await self.client.task(self.session_id, task_id))
-        head = f'Task {task_id} "{texts.label(info)}": {describe_end(info)}'
-        if tail is not None:
-            text = await self.client.tail(self.session_id, task_id, tail)
-            where = f"last {len(text)} characters; next_offset: {info.output_bytes}"
-        else:
-            start = offset or 0
-            piece = await self.client.read_output(
-                self.session_id, task_id, offset=start, limit=READ_BYTES
-            )
-            text, used = _decode(piece.data, final=piece.eof)
-            more = (
-                "no (the task has ended)"
-                if piece.eof
-                else "yes"
-                if len(piece.data) >= READ_BYTES
-                else ("not yet (the task is still running)" if not info.ended else "no")
-            )
-            where = f"bytes {start}-{start + used}; next_offset: {start + used}; more: {more}"
-        if regex is not None:
-            lines = text.splitlines()
-            kept = [line for line in lines if regex.search(line)]
-            where += f"; filter matched {len(kept)} of {len(lines)} lines"
-            text = "\n".join(kept)
-        body = text.rstrip("\n") if text else "(no output)"
-        return f"{head}\n{where}\n---\n{body}"
+        return await reading.task_output(
+            self.client, self.session_id, task_id, offset, tail, line_filter, raw=raw
+        )
 
     async def task_stop(self, task_id: str) -> str:
         return texts.stopped(task_info(await self.client.stop(self.session_id, task_id)))
@@ -388,7 +339,8 @@ class SessionBridge:
             return texts.no_match_yet(info, pattern, timeout_ms)
         line = str(found["line"])
         after = int(found["offset"]) + len(line.encode()) + 1
-        return f"Matched at offset {found['offset']} (next_offset: {after}):\n{line}"
+        # The offsets are the raw line's; the line is shown as a terminal shows it.
+        return f"Matched at offset {found['offset']} (next_offset: {after}):\n{render_text(line)}"
 
     async def monitor_start(
         self,

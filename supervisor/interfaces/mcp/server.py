@@ -45,6 +45,7 @@ from supervisor.interfaces.mcp.texts import (
     Offset,
     Pattern,
     Persistent,
+    RawOutput,
     TailChars,
     TailEveryMinutes,
     TaskId,
@@ -135,8 +136,11 @@ def build_server(bridge: SessionBridge, *, allow_apply: bool = False) -> MCPServ
         offset: Offset = None,
         tail: TailChars = None,
         filter: LineFilter = None,
+        raw: RawOutput = False,
     ) -> types.CallToolResult:
-        return await bridge.run_tool(ctx, lambda: bridge.task_output(task_id, offset, tail, filter))
+        return await bridge.run_tool(
+            ctx, lambda: bridge.task_output(task_id, offset, tail, filter, raw=raw)
+        )
 
     @server.tool(
         name="task_stop",

@@ -31,7 +31,8 @@ TASK_OUTPUT_DESCRIPTION = (
     "Read a background task's or monitor's output: from a byte `offset` (default 0; pass "
     "the previous next_offset to read on, 30000 bytes per call) or the last `tail` "
     "characters, optionally only the lines matching `filter`. Also says whether the task is "
-    "still running."
+    "still running. The output is shown as a terminal would show it (no colour codes, a "
+    "progress bar at its last frame); `raw` gives the exact text, escape codes included."
 )
 TASK_STOP_DESCRIPTION = (
     "Stop a background task or monitor (SIGTERM, then SIGKILL after the policy's grace "
@@ -175,6 +176,13 @@ Pattern = Annotated[
         "printed before the call count too. Omit to wait for the task to end.",
     ),
 ]
+RawOutput = Annotated[
+    bool,
+    Field(
+        description="true: the exact output, escape sequences and every progress-bar frame "
+        "included; false (default): as a terminal would show it.",
+    ),
+]
 InputText = Annotated[
     str,
     Field(
@@ -295,19 +303,17 @@ def foreground_result(output: str, final: TaskInfo, timeout_ms: int | None) -> s
     return f"{output}\n{trailer}" if output else f"(no output)\n{trailer}"
 
 
-def truncated(head: str, tail: str, final: TaskInfo, *, so_far: bool = False) -> str:
-    """A long foreground output: its start and its end, and where the rest is
-    (``so_far``: the command is still running)."""
-    # Cut at line boundaries so neither part starts or ends with half a line.
-    if "\n" in head:
-        head = head[: head.rindex("\n")]
-    if "\n" in tail.rstrip("\n"):
-        tail = tail[tail.index("\n") + 1 :]
+def truncated(
+    head: str, tail: str, final: TaskInfo, left_out: tuple[int, int], *, so_far: bool = False
+) -> str:
+    """A long foreground output: its start and its end (rendered, in whole lines), and the
+    raw bytes ``left_out`` between them (``so_far``: the command is still running)."""
+    start, end = left_out
     return (
-        f"{head}\n\n[... output truncated: {final.output_bytes} bytes "
-        f"{'so far' if so_far else 'in all'}; the middle is "
-        f"left out. Full output: {final.output_path} (or task_output "
-        f"task_id={final.task_id} offset=N) ...]\n\n{tail.rstrip(chr(10))}"
+        f"{head.rstrip(chr(10))}\n\n[... output truncated: {final.output_bytes} bytes "
+        f"{'so far' if so_far else 'in all'}; bytes {start}-{end} (the middle) are left out: "
+        f"read them with task_output task_id={final.task_id} offset={start}. Full output: "
+        f"{final.output_path} ...]\n\n{tail.rstrip(chr(10))}"
     )
 
 

@@ -15,7 +15,7 @@ from supervisor.core.resolve import Effective
 from supervisor.core.task_state import TaskState
 from supervisor.runtime.task.capture import Capture
 from supervisor.runtime.task.ports import EventPort, StallPort, StallSignal
-from supervisor.state.output import read_tail
+from supervisor.state.output import read_rendered_tail
 
 
 class Watchers:
@@ -107,7 +107,8 @@ class Watchers:
         lc = self.state.lc
         if lc.ended or lc.stop_reason is not None:
             return
-        tail = await read_tail(self.capture.path, 2000, self.io)
+        # What the agent reads: the prompt as a terminal shows it (detection saw raw bytes).
+        tail = await read_rendered_tail(self.capture.path, 2000, self.io)
         if lc.ended:
             return
         self.state.stalled = True
@@ -139,7 +140,7 @@ class Watchers:
             if new == 0 and self.eff.poll_only_on_change:
                 continue
             self._bytes_at_last_poll += new
-            tail = await read_tail(self.capture.path, self.eff.poll_tail_chars, self.io)
+            tail = await read_rendered_tail(self.capture.path, self.eff.poll_tail_chars, self.io)
             if state.lc.ended:
                 return
             self.events.emit(
