@@ -883,7 +883,7 @@ async def test_sandvisor_client_round_trip(daemon: Daemon) -> None:
     """The project's own async client (what the CLI and MCP server use) against the daemon."""
     from supervisor.core.errors import TaskNotRunning  # noqa: PLC0415
     from supervisor.interfaces.client import SandvisorClient  # noqa: PLC0415
-    from supervisor.interfaces.http_errors import Unauthorized  # noqa: PLC0415
+    from supervisor.interfaces.http_errors import Unauthorized, status_of  # noqa: PLC0415
 
     async with SandvisorClient(socket_path=daemon.socket, token=daemon.token) as admin:
         assert (await admin.healthz())["engine"]["ok"] is True
@@ -909,7 +909,7 @@ async def test_sandvisor_client_round_trip(daemon: Daemon) -> None:
         assert [t["task_id"] for t in await c.tasks("client", active=True)] == []
         with pytest.raises(TaskNotRunning) as stopped:
             await c.stop("client", tid)
-        assert (stopped.value.status, stopped.value.code) == (409, "task_not_running")
+        assert (status_of(stopped.value), stopped.value.code) == (409, "task_not_running")
         assert stopped.value.body["error"]["task"]["status"] == "completed"
         assert stopped.value.info.status == "completed"
 
@@ -936,7 +936,7 @@ async def test_sandvisor_client_round_trip(daemon: Daemon) -> None:
         }
         with pytest.raises(Unauthorized) as refused:
             await c.tasks("client")
-        assert (refused.value.status, refused.value.code) == (401, "unauthorized")
+        assert (status_of(refused.value), refused.value.code) == (401, "unauthorized")
 
 
 async def test_a_start_can_answer_with_its_first_output(daemon: Daemon) -> None:
