@@ -172,6 +172,16 @@ class Screen:
             return len(self.lines) - self.rows + row
         return row
 
+    def save_cursor(self) -> None:
+        """``ESC 7`` / ``CSI s``."""
+        self.saved = (self.row, self.col)
+
+    def restore_cursor(self, origin: int) -> None:
+        """``ESC 8`` / ``CSI u``: back where ``save_cursor`` was (out of a status row)."""
+        self.status_at = None
+        self.goto_row(self.saved[0], origin)
+        self.col = self.saved[1]
+
     def goto_row(self, row: int, origin: int) -> None:
         row = max(0, min(row, self.height - 1))
         while len(self.lines) <= row:
@@ -267,11 +277,9 @@ class Screen:
 def apply_esc(screen: Screen, code: str, origin: int) -> None:
     """A two-character escape (``ESC 7``, ``ESC 8``, ``ESC M``, ...)."""
     if code == "7":
-        screen.saved = (screen.row, screen.col)
+        screen.save_cursor()
     elif code == "8":
-        screen.status_at = None
-        screen.goto_row(screen.saved[0], origin)
-        screen.col = screen.saved[1]
+        screen.restore_cursor(origin)
     elif code == "M":
         screen.row = max(0, screen.row - 1)
     elif code == "D":
@@ -375,8 +383,6 @@ def apply_csi(screen: Screen, params: str, inter: str, final: str, origin: int) 
             screen.lines, screen.origins = [""], [origin]
         screen.row = min(screen.row, len(screen.lines) - 1)
     elif final == "s":
-        screen.saved = (screen.row, screen.col)
+        screen.save_cursor()
     elif final == "u":
-        screen.status_at = None
-        screen.goto_row(screen.saved[0], origin)
-        screen.col = screen.saved[1]
+        screen.restore_cursor(origin)

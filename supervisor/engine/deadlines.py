@@ -16,7 +16,7 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, get_args
 
 from supervisor.core.container import (
     ContainerRequest,
@@ -57,22 +57,7 @@ Kind = Literal[
     "network",
     "volume",
 ]
-KINDS: tuple[Kind, ...] = (
-    "ping",
-    "create",
-    "start",
-    "attach",
-    "kill",
-    "pause",
-    "remove",
-    "inspect",
-    "list",
-    "logs",
-    "image",
-    "pull",
-    "network",
-    "volume",
-)
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
 def deadlines_for(timeout_s: float, **overrides: float) -> dict[Kind, float]:

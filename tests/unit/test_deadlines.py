@@ -9,33 +9,17 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from supervisor.core.container import ContainerRequest
 from supervisor.core.errors import EngineUnavailable, EngineUnresponsive
-from supervisor.core.resolve import MERGE_PREFIX
 from supervisor.engine.deadlines import KINDS, Deadlines, deadlines_for
 from supervisor.engine.fake import Exit, FakeEngine, Out, Script, WaitFor
 from supervisor.interfaces.http_errors import from_wire, status_of
 from supervisor.interfaces.mcp.texts import error_text
 from supervisor.tooling.doctor import DEADLOCK_NOTE, deadlock_prone
+from tests.unit.test_fake_engine import request
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]
 
 SHORT = 0.2
-
-
-def request(command: str, name: str = "c1") -> ContainerRequest:
-    return ContainerRequest.model_validate(
-        {
-            "name": name,
-            "image": "sandvisor/minimal:latest",
-            "command": ["/bin/sh", "-c", MERGE_PREFIX + command],
-            "user": "65534",
-            "working_dir": "/tmp",
-            "memory_bytes": 1 << 28,
-            "nano_cpus": 10**9,
-            "pids_limit": 64,
-        }
-    )
 
 
 @pytest.fixture
