@@ -197,6 +197,10 @@ class ChangeInfo(_Reply):
     """Anything else: special files apply skips, hard links, mount points."""
     applicable: bool
     """Whether apply can carry it over (devices, fifos and sockets cannot)."""
+    digest: str | None = None
+    """What apply would write at this path, as one hash (sha256 of the kind, the type, the
+    new mode and the new bytes or link target). Passed back to apply as ``reviewed``, it
+    makes apply write exactly what was reviewed, or refuse."""
 
 
 class Discarded(_Reply):
