@@ -5,6 +5,13 @@
 #   scripts/engine.sh status   # exit 0 when the API answers
 #   scripts/engine.sh down     # stop the dockerd *this script* started, nothing else
 #
+# On Debian 12, `up` replaces Debian 12's docker.io 20.10 (end of life; its libnetwork
+# deadlocks under concurrent container starts and removals, moby #46661/#44682) with Debian
+# 13's docker.io 26.1 before it starts an engine. Only docker.io and docker-cli come from
+# Debian 13; their dependencies (containerd, runc, libc) stay Debian 12's, and the system's
+# apt sources are not changed. It never touches an engine that is running.
+# SANDVISOR_KEEP_ENGINE=1 keeps the installed engine as it is.
+#
 # Why a shell script and not Python: it must work on a fresh machine before any
 # virtualenv exists, and it needs nothing beyond coreutils, curl/python3 and apt.
 set -euo pipefail
@@ -73,14 +80,9 @@ Do one of the following, then run `make engine` (or `scripts/engine.sh up`) agai
 TXT
 }
 
-install_packages() {
-  local missing=()
-  command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
-  [[ -x /usr/bin/runsc ]] || missing+=(runsc)
-  ((${#missing[@]})) || return 0
-  say "installing ${missing[*]} from Debian's packages (refreshing package lists first)"
-  # Keep the packages' maintainer scripts from starting an engine behind our back:
-  # we start dockerd ourselves, with our own pid file and log.
+with_policy_rc() {
+  # Run "$@" with the packages' maintainer scripts kept from starting an engine behind our
+  # back: we start dockerd ourselves, with our own pid file and log.
   local own_policy=0
   if [[ ! -e /usr/sbin/policy-rc.d ]]; then
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
@@ -88,10 +90,64 @@ install_packages() {
     own_policy=1
   fi
   local rc=0
+  "$@" || rc=$?
+  ((own_policy)) && rm -f /usr/sbin/policy-rc.d
+  return "$rc"
+}
+
+install_packages() {
+  local missing=()
+  command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+  [[ -x /usr/bin/runsc ]] || missing+=(runsc)
+  ((${#missing[@]})) || return 0
+  say "installing ${missing[*]} from Debian's packages (refreshing package lists first)"
+  local rc=0
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
       --no-install-recommends "${missing[@]}" iptables ca-certificates >/dev/null; } || rc=$?
-  ((own_policy)) && rm -f /usr/sbin/policy-rc.d
   if ((rc)); then say "apt-get failed (exit $rc)"; return "$rc"; fi
+}
+
+engine_version() {
+  # The version of the installed dockerd binary, e.g. 20.10.24+dfsg1 (empty when none).
+  command -v dockerd >/dev/null 2>&1 || return 0
+  dockerd --version 2>/dev/null | sed -n 's/^Docker version \([^,]*\),.*/\1/p'
+}
+
+install_debs() {
+  # The system's own lists resolve the dependencies; refresh them once if they are stale.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1 ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
+}
+
+upgrade_bookworm_engine() {
+  # Debian 12 ships docker.io 20.10, which deadlocks (see the top of this file). Install
+  # Debian 13's docker.io and docker-cli from a private package list: nothing is added to
+  # /etc/apt, and apt resolves every other dependency from the system's own release.
+  [[ "${SANDVISOR_KEEP_ENGINE:-0}" == 1 ]] && return 0
+  [[ "$(cut -d. -f1 /etc/debian_version 2>/dev/null)" == 12 ]] || return 0
+  local have; have=$(engine_version)
+  [[ "$have" == 20.10.* ]] || return 0
+  local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  [[ -r "$keyring" ]] || { say "no $keyring: keeping Docker $have"; return 0; }
+  say "Docker $have is Debian 12's engine (end of life, known deadlocks): installing Debian 13's docker.io"
+  local dir; dir=$(mktemp -d /tmp/sandvisor-engine-apt.XXXXXX)
+  mkdir -p "$dir/lists/partial" "$dir/debs"
+  printf 'deb [signed-by=%s] http://deb.debian.org/debian trixie main\n' "$keyring" >"$dir/sources.list"
+  local apt_opts=(-o "Dir::Etc::sourcelist=$dir/sources.list" -o "Dir::Etc::sourceparts=/nonexistent"
+    -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache::archives=$dir/debs" -o "APT::Get::List-Cleanup=0"
+    -o "APT::Sandbox::User=root")
+  local rc=0
+  {
+    apt-get "${apt_opts[@]}" update -qq &&
+      (cd "$dir/debs" && apt-get "${apt_opts[@]}" download docker.io docker-cli >/dev/null) &&
+      install_debs "$dir"/debs/docker.io_*.deb "$dir"/debs/docker-cli_*.deb
+  } || rc=$?
+  rm -rf "$dir"
+  if ((rc)); then
+    say "could not install Debian 13's docker.io (exit $rc): keeping Docker $have"
+    return 0
+  fi
+  say "installed Docker $(engine_version)"
 }
 
 write_config() {
@@ -143,7 +199,7 @@ our_pid() {
 
 cmd_up() {
   if api_answers; then
-    say "Docker API answers; nothing to do"
+    say "Docker API answers; nothing to do: $(answering_version)"
     return 0
   fi
   if [[ -n "${DOCKER_HOST:-}" && "${DOCKER_HOST}" != unix:///var/run/docker.sock ]]; then
@@ -154,7 +210,8 @@ cmd_up() {
     manual_steps
     return 1
   fi
-  install_packages
+  with_policy_rc install_packages
+  with_policy_rc upgrade_bookworm_engine
   write_config
   if pid=$(our_pid); then
     say "dockerd (pid $pid, started earlier by this script) is not answering yet; waiting"
@@ -175,7 +232,7 @@ cmd_up() {
     sleep 1
     waited=$((waited + 1))
   done
-  say "Docker API answers (after ${waited}s)"
+  say "Docker API answers (after ${waited}s): $(answering_version)"
 }
 
 cmd_down() {
@@ -194,8 +251,22 @@ cmd_down() {
   return 1
 }
 
+answering_version() {
+  # What the engine that answers says it is (the API's own /version).
+  local sock=/var/run/docker.sock
+  [[ "${DOCKER_HOST:-}" == unix://* ]] && sock=${DOCKER_HOST#unix://}
+  local v
+  v=$(curl -s --max-time 5 --unix-socket "$sock" http://localhost/version 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin).get("Version", "?"))' 2>/dev/null) || v="?"
+  if [[ "$v" == 20.10.* ]]; then
+    printf 'Docker %s (20.10 is end of life and has known libnetwork deadlocks; see the README)' "$v"
+  else
+    printf 'Docker %s' "$v"
+  fi
+}
+
 cmd_status() {
-  if api_answers; then say "Docker API answers"; return 0; fi
+  if api_answers; then say "Docker API answers: $(answering_version)"; return 0; fi
   say "Docker API does not answer"; return 1
 }
 
