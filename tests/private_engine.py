@@ -66,6 +66,9 @@ class EngineConfig:
     """More ``daemon.json`` keys."""
     start_timeout_s: float = 60.0
     """How long dockerd may take to answer."""
+    dockerd: str = "dockerd"
+    """The dockerd binary: another engine version than the installed one (the engine
+    stress bench runs Debian 12's 20.10 this way, unpacked from its package)."""
 
 
 def _wait_until(
@@ -159,7 +162,7 @@ class PrivateEngine:
 
     def argv(self) -> list[str]:
         return [
-            "dockerd",
+            self.config.dockerd,
             "--config-file",
             str(self.root / "daemon.json"),
             "--data-root",
