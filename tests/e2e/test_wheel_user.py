@@ -2,16 +2,22 @@
 home (outside the checkout), and follow the README's quick start as that user, with HOME set:
 ``--version``, ``doctor``, ``images build``, ``run``, ``run --bg``, ``logs``, ``stop``, a
 project's ``run --policy dev`` then ``workspace changes``/``diff``/``apply``/``undo``/
-``discard``, and MCP through the official ``mcp`` client (the one the wheel installed).
+``discard``, and MCP through the official ``mcp`` client (the one the wheel installed). Then
+``uv tool install`` and ``pipx install`` of the same wheel, as the same user, everything they
+write inside its home: the tool alone has the version, every policy, the image sources, and
+runs a command on the engine.
 
 Needs root (to create the user; CI is root): skipped only when not root. The daemon the
-quick start autostarts is stopped at the end, by its pid; the user is removed only if this
-test created it."""
+quick start autostarts is stopped at the end, by its pid (a tool install's daemon at the end
+of its test, which then removes the tool's folder); the user is removed only if this test
+created it."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import grp
+import hashlib
 import json
 import os
 import pwd
@@ -25,6 +31,7 @@ import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -36,6 +43,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 REPO = Path(__file__).resolve().parents[2]
 USER = "sandvisor-e2e"
 UID = 1500
+PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check")
+#: Never shipped (setup.py leaves them out of the wheel): image build scratch and caches.
+NOT_SHIPPED = {".build", "__pycache__"}
 
 MCP_CLIENT = """
 import asyncio, json, sys
@@ -59,7 +69,11 @@ asyncio.run(main())
 
 @dataclass
 class User:
-    """The non-root user, its venv with the wheel installed, and how to run things as it."""
+    """The non-root user, its venv with the wheel installed, and how to run things as it.
+
+    ``work`` holds the wheel and the wheelhouse of its dependencies (readable by the user).
+    A copy with ``bin_dir`` and ``state`` set is the same user with a tool installer's
+    ``sandvisor`` and a state directory of its own (``$SANDVISOR_STATE_DIR`` in ``env``)."""
 
     name: str
     uid: int
@@ -68,15 +82,25 @@ class User:
     home: Path
     venv: Path
     env: dict[str, str]
+    wheel: Path
+    wheelhouse: Path
+    work: Path
     daemon_pids: set[int] = field(default_factory=set)
+    bin_dir: Path | None = None
+    state: Path | None = None
 
     @property
     def sandvisor(self) -> str:
-        return str(self.venv / "bin" / "sandvisor")
+        return str((self.bin_dir or self.venv / "bin") / "sandvisor")
 
     @property
     def state_dir(self) -> Path:
-        return self.home / ".local" / "state" / "sandvisor"
+        return self.state or self.home / ".local" / "state" / "sandvisor"
+
+    @property
+    def python(self) -> Path:
+        """The interpreter the venv was made with (the user ran it: it can execute it)."""
+        return Path(os.path.realpath(self.venv / "bin" / "python"))
 
     def run(
         self, *argv: str, cwd: Path | None = None, timeout: float = 120
@@ -179,10 +203,9 @@ def user() -> Iterator[User]:
     try:
         # The wheel, and a wheelhouse of its dependencies (from pip's cache when it has them).
         dist, wheelhouse = work / "dist", work / "wheelhouse"
-        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-        _root_run(*pip, "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO))
+        _root_run(*PIP, "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO))
         [wheel] = dist.glob("sandbox_supervisor-*.whl")
-        _root_run(*pip, "wheel", "-q", "-w", str(wheelhouse), str(wheel))
+        _root_run(*PIP, "wheel", "-q", "-w", str(wheelhouse), str(wheel))
         for path in work.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
 
@@ -213,7 +236,9 @@ def user() -> Iterator[User]:
         for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "CI"):
             if os.environ.get(name):
                 env[name] = os.environ[name]
-        u = User(USER, entry.pw_uid, entry.pw_gid, [docker_gid], home, venv, env)
+        u = User(
+            USER, entry.pw_uid, entry.pw_gid, [docker_gid], home, venv, env, wheel, wheelhouse, work
+        )
         shutil.rmtree(u.state_dir, ignore_errors=True)  # a previous run's, if any
         shutil.rmtree(venv, ignore_errors=True)
         u.ok("python3", "-m", "venv", str(venv))
@@ -339,3 +364,129 @@ def test_quick_start_mcp_through_the_official_client(user: User) -> None:
     answer = json.loads(out.splitlines()[-1])
     assert "bash" in answer["tools"] and not answer["is_error"], answer
     assert f"from-mcp\n{user.uid}\nhello\n" in answer["text"], answer
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    """The sha256 of every file under ``folder``, by relative path, but what is never shipped."""
+    return {
+        path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in folder.rglob("*")
+        if path.is_file()
+        and not NOT_SHIPPED & set(path.relative_to(folder).parts)
+        and path.suffix != ".pyc"
+    }
+
+
+@pytest.fixture(scope="module")
+def installers(user: User) -> Iterator[dict[str, list[str]]]:
+    """``uv tool install`` and ``pipx install`` as the user can run them.
+
+    uv's binary (the one this venv has) is copied where the user can read it: the test venv
+    may live under a 0700 /root. pipx goes into a venv of the user's own, made with the
+    interpreter of the user's venv, from a wheelhouse of this venv's pipx version."""
+    import uv  # noqa: PLC0415
+
+    uv_bin = user.work / "uv"
+    shutil.copyfile(uv.find_uv_bin(), uv_bin)
+    uv_bin.chmod(0o755)
+    toolhouse = user.work / "toolhouse"
+    _root_run(*PIP, "wheel", "-q", "-w", str(toolhouse), f"pipx=={version('pipx')}")
+    for path in [toolhouse, *toolhouse.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    venv = user.home / "pipx-venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    try:
+        user.ok(str(user.python), "-m", "venv", str(venv))
+        pip = str(venv / "bin" / "pip")
+        user.ok(pip, "install", "-q", "--no-index", "--find-links", str(toolhouse), "pipx")
+        yield {
+            "uv": [str(uv_bin), "tool", "install"],
+            "pipx": [str(venv / "bin" / "pipx"), "install"],
+        }
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+
+
+def _tool_install(user: User, installer: str, command: list[str], root: Path) -> Path:
+    """``installer`` installs the wheel as the user: offline (the wheelhouse), with the
+    interpreter of the user's venv, every file it writes under ``root`` (the tool's venv,
+    ``root/bin/sandvisor``, caches). The tool's venv."""
+    env = {**user.env, "XDG_CACHE_HOME": str(root / "cache")}
+    wheel, wheelhouse = str(user.wheel), str(user.wheelhouse)
+    if installer == "uv":
+        env |= {
+            "UV_TOOL_DIR": str(root / "tools"),
+            "UV_TOOL_BIN_DIR": str(root / "bin"),
+            "UV_PYTHON_DOWNLOADS": "never",
+        }
+        argv = [*command, "--no-config", "--python", str(user.python)]
+        argv += ["--no-index", "--find-links", wheelhouse, wheel]
+        venv = root / "tools" / "sandbox-supervisor"
+    else:
+        env |= {
+            "PIPX_HOME": str(root / "pipx"),
+            "PIPX_BIN_DIR": str(root / "bin"),
+            "PIPX_MAN_DIR": str(root / "man"),
+            # Offline it cannot reinstall pip in its shared libraries: it keeps the
+            # interpreter's (ensurepip's), as on any host without an index.
+            "PIPX_DISABLE_SHARED_LIBS_AUTO_UPGRADE": "1",
+        }
+        argv = [*command, "--python", str(user.python)]
+        argv += ["--pip-args", f"--no-index --find-links {wheelhouse}", wheel]
+        venv = root / "pipx" / "venvs" / "sandbox-supervisor"
+    dataclasses.replace(user, env=env).ok(*argv, timeout=240)
+    return venv
+
+
+@pytest.mark.parametrize("installer", ["uv", "pipx"])
+def test_a_tool_install_of_the_wheel_has_everything_and_runs(
+    user: User, installers: dict[str, list[str]], installer: str
+) -> None:
+    """``uv tool install`` / ``pipx install`` of the wheel: the tool alone (only its bin dir on
+    PATH, a state directory of its own, so its own daemon) has the version, every shipped
+    policy, the image sources byte for byte, and runs a command in a sandbox."""
+    root = user.home / f"tool-{installer}"
+    shutil.rmtree(root, ignore_errors=True)
+    user.ok("mkdir", str(root))
+    tool: User | None = None
+    try:
+        venv = _tool_install(user, installer, installers[installer], root)
+        assert Path(os.path.realpath(venv / "bin" / "python")) == user.python
+        env = {
+            **user.env,
+            "PATH": f"{root / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "SANDVISOR_STATE_DIR": str(root / "state"),
+        }
+        tool = dataclasses.replace(
+            user, venv=venv, env=env, bin_dir=root / "bin", state=root / "state"
+        )
+        assert Path(os.path.realpath(tool.sandvisor)) == venv / "bin" / "sandvisor"
+
+        project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+        assert tool.cli("--version") == f"sandvisor {project['version']}\n"
+        site = next((venv / "lib").glob("python3*/site-packages"))
+        where = tool.ok(
+            str(venv / "bin" / "python"), "-c", "import supervisor; print(supervisor.__file__)"
+        )
+        assert where.startswith(str(site / "supervisor")), where
+        data = site / "supervisor" / "_data"
+        for name in ("policies", "sandbox_images"):
+            assert _digests(data / name) == _digests(REPO / name), name
+        names = [p["name"] for p in json.loads(tool.cli("policies", "list", "--json"))]
+        assert names == sorted(p.stem for p in (REPO / "policies").glob("*.toml"))
+        assert tool.cli("images", "build", "--help").startswith("usage: sandvisor images build")
+        # Hashed from the tool's copy of the sources: the engine's images were built from them.
+        images = {i["name"]: i["state"] for i in json.loads(tool.cli("images", "list", "--json"))}
+        assert images == {"minimal": "yes", "debian": "yes", "dev": "yes"}, images
+
+        ran = tool.run(tool.sandvisor, "run", "--", "echo", "hi")
+        assert (ran.returncode, ran.stdout) == (0, "hi\n"), ran.stderr
+        pid = int(json.loads((tool.state_dir / "daemon" / "daemon.json").read_text())["pid"])
+        assert pid in tool.daemon_pids, ran.stderr  # this command started it
+        assert _uid_of(pid) == user.uid
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        assert argv0.startswith(f"{venv}/"), argv0  # the tool's own daemon
+    finally:
+        if tool is not None:
+            _stop_daemon(tool)
+        shutil.rmtree(root, ignore_errors=True)
