@@ -116,6 +116,14 @@ class VolumeSummary(_Frozen):
     labels: dict[str, str]
 
 
+class NetworkSummary(_Frozen):
+    """One line of a labelled network listing."""
+
+    name: str
+    id: str
+    labels: dict[str, str]
+
+
 #: How the engine is doing: ``up`` (its operations complete), ``wedged`` (it takes
 #: connections but operations do not complete in time), ``down`` (it does not answer).
 EngineState = Literal["up", "wedged", "down"]

@@ -10,6 +10,7 @@ from supervisor.core.container import (
     ContainerState,
     ContainerSummary,
     EngineCapabilities,
+    NetworkSummary,
     Segment,
     VolumeRequest,
     VolumeSummary,
@@ -142,7 +143,13 @@ class Backend(Protocol):
         ...
 
     async def remove_network(self, name: str) -> None:
-        """Remove a network; missing is not an error."""
+        """Remove a network; missing is not an error; in use (containers attached) is
+        EngineError."""
+        ...
+
+    async def list_networks(self, label: str) -> list[NetworkSummary]:
+        """Networks carrying ``label`` (``key`` or ``key=value``); none on an engine
+        without session networks."""
         ...
 
     async def create_volume(self, request: VolumeRequest) -> None:

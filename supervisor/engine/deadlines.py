@@ -23,6 +23,7 @@ from supervisor.core.container import (
     ContainerState,
     ContainerSummary,
     EngineCapabilities,
+    NetworkSummary,
     Segment,
     VolumeRequest,
     VolumeSummary,
@@ -248,6 +249,11 @@ class Deadlines:
 
     async def remove_network(self, name: str) -> None:
         await self._bounded("network", f"remove network {name}", self.inner.remove_network(name))
+
+    async def list_networks(self, label: str) -> list[NetworkSummary]:
+        return await self._bounded(
+            "network", f"list networks {label}", self.inner.list_networks(label)
+        )
 
     async def create_volume(self, request: VolumeRequest) -> None:
         await self._bounded(

@@ -1,8 +1,10 @@
 """Keeping the engine and the store in step. The engine's event stream drops events, so
 the reconciler lists our labelled containers now and then: a container no task owns is
 reaped (a crash between create and record), other owners' orphans are reaped once their
-owner is gone for good, workspaces past retention are removed. Unlabelled containers are
-never touched."""
+owner is gone for good, workspaces past retention are removed. Labelled networks go the
+same way: ours once their session is not open here (it ended while the engine was wedged,
+or before a crash), other owners' once the owner is gone for good. Unlabelled containers
+and networks are never touched."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 
 from supervisor.core.errors import EngineUnavailable, SupervisorError
-from supervisor.core.labels import LABEL_OWNER, LABEL_TASK
+from supervisor.core.labels import LABEL_OWNER, LABEL_SESSION, LABEL_TASK
 from supervisor.core.logs import get_logger
 from supervisor.engine.base import Backend
 from supervisor.engine.probe import PROBE_LABEL
@@ -36,6 +38,7 @@ class Reconciler:
         state_dir: Path,
         grace_s: float,
         owns: Callable[[str], bool],
+        session_live: Callable[[str], bool],
         engine_ok: Callable[[], bool],
         reap_more: Callable[[], Awaitable[int]],
         sweep_orphans: bool = True,
@@ -46,6 +49,10 @@ class Reconciler:
         self.state_dir = state_dir
         self.grace_s = grace_s
         self._owns = owns
+        self._session_live = session_live
+        #: Networks whose removal was refused (in use, engine not answering), by name, with
+        #: their owner: retried every round, said once at info.
+        self._networks_later: dict[str, str | None] = {}
         self._engine_ok = engine_ok
         self._reap_more = reap_more
         self.sweep_orphans = sweep_orphans
@@ -111,8 +118,70 @@ class Reconciler:
             reaped += await self.adopt_or_reap(row.id, row.labels)
         return reaped
 
+    async def reap_networks(self, *, others: bool = True) -> int:
+        """Remove our labelled networks whose session is not open here (its end could not
+        remove them: the engine was wedged or down, a task was still attached, or we
+        crashed), and with ``others`` those of owners gone for good. A network still in
+        use, or an engine that does not answer, waits for the next round. Returns how many
+        went."""
+        label = LABEL_OWNER if others else f"{LABEL_OWNER}={self.instance_id}"
+        try:
+            rows = await self.backend.list_networks(label)
+        except SupervisorError as exc:
+            log.info("reconcile_list_networks_failed", error=str(exc))
+            return 0
+        listed = {r.name for r in rows}
+        self._networks_later = {
+            name: owner
+            for name, owner in self._networks_later.items()
+            if name in listed or (not others and owner != self.instance_id)
+        }
+        loop = asyncio.get_running_loop()
+        removed = 0
+        for row in rows:
+            owner = row.labels.get(LABEL_OWNER)
+            if owner == self.instance_id:
+                session_id = row.labels.get(LABEL_SESSION)
+                if session_id is None or self._session_live(session_id):
+                    continue  # a session's: only sessions have networks of their own
+                why = "session_not_open"
+            else:
+                alive = await loop.run_in_executor(self.io, owner_alive, row.labels, self.grace_s)
+                if alive is not False:
+                    continue
+                why = "owner_gone"
+            removed += await self._remove_network(row.name, why, owner)
+        return removed
+
+    async def _remove_network(self, name: str, why: str, owner: str | None) -> bool:
+        try:
+            await self.backend.remove_network(name)
+        except SupervisorError as exc:
+            # In use (a container still attached: it is being reaped) or the engine does
+            # not answer: the next round tries again.
+            first = name not in self._networks_later
+            self._networks_later[name] = owner
+            (log.info if first else log.debug)(
+                "network_reap_later", network=name, why=why, error=str(exc)
+            )
+            return False
+        self._networks_later.pop(name, None)
+        log.info("reaped_network", network=name, why=why, owner=owner)
+        return True
+
+    async def first_round(self) -> None:
+        """At start, with the sessions restored: what the last run left (warm containers
+        never bound, unrecorded creates, networks of sessions that ended without removing
+        theirs) goes now, not a round later: a restart may be followed by a quick stop.
+        With ``sweep_orphans``, owners gone for good lose their containers and networks."""
+        await self.reap_unowned()
+        if self.sweep_orphans:
+            await self.sweep()
+        await self.reap_networks(others=self.sweep_orphans)
+
     async def run(self, every_s: float = 10.0) -> None:
-        """The loop: heartbeat, reap our unowned containers; now and then a full sweep."""
+        """The loop: heartbeat, reap our unowned containers and networks; now and then a
+        full sweep (other owners' containers and networks, workspaces)."""
         ticks = 0
         loop = asyncio.get_running_loop()
         while True:
@@ -122,6 +191,10 @@ class Reconciler:
             if not self._engine_ok():
                 continue
             await self.reap_unowned()
-            if self.sweep_orphans and ticks % _SWEEP_EVERY == 0:
+            full = self.sweep_orphans and ticks % _SWEEP_EVERY == 0
+            if full:
                 await self.sweep()
+            # After the containers: a network goes once nothing is attached to it.
+            await self.reap_networks(others=full)
+            if full:
                 await self._reap_more()

@@ -145,7 +145,9 @@ class SessionTaskPorts:
                 await made
                 await self._svc.backend.remove_network(name)
             except SupervisorError as exc:
-                # Labelled as ours: the reconciler removes it once the engine lets it.
+                # Labelled with our instance and this session: once the session is no longer
+                # open, the reconciler's rounds (and the next start's) remove it as soon as
+                # the engine answers and nothing is attached (Reconciler.reap_networks).
                 log.warning("network_remove_failed", network=name, error=str(exc))
 
 

@@ -183,6 +183,7 @@ class Supervisor:
             state_dir=self.state_dir,
             grace_s=self.orphan_grace_s,
             owns=self._owns,
+            session_live=lambda session_id: session_id in self._sessions,
             engine_ok=lambda: self.engine_ok,
             reap_more=lambda: self.workspaces.reap(list(self._sessions)),
             sweep_orphans=self.sweep_orphans,
@@ -202,11 +203,7 @@ class Supervisor:
         self._checks.start_watch()
         await restore_sessions(self.store, self.open_session)
         if self.engine_ok:
-            # What the last run left unbound (warm containers, unrecorded creates) goes now,
-            # not a reconcile round later: a restart may be followed by a quick stop.
-            await self.reconciler.reap_unowned()
-        if self.engine_ok and self.sweep_orphans:
-            await self.sweep()
+            await self.reconciler.first_round()
         self._reconciler = asyncio.create_task(self.reconciler.run(), name="reconcile")
         log.info("supervisor_started", instance_id=instance, state_dir=str(self.state_dir))
 

@@ -584,6 +584,33 @@ async def test_images_runtimes_networks_and_names() -> None:
         assert (await backend.ping())["version"] == "fake"
 
 
+async def test_networks_are_listed_by_label_and_kept_while_a_container_runs_on_them(
+    engine: FakeEngine, backend: FakeBackend
+) -> None:
+    await backend.ensure_network("n1", {"io.sandvisor.owner": "o1", "io.sandvisor.session": "s"})
+    await backend.ensure_network("n2", {"io.sandvisor.owner": "o2"})
+    await backend.ensure_network("plain", {})
+    assert sorted(n.name for n in await backend.list_networks("io.sandvisor.owner")) == [
+        "n1",
+        "n2",
+    ]
+    (row,) = await backend.list_networks("io.sandvisor.owner=o1")
+    assert (row.name, row.labels["io.sandvisor.session"]) == ("n1", "s")
+    assert row.id and row.id != row.name
+    # Like Docker: a running container's endpoint holds the network; an exited one does not.
+    engine.script("hold", Script(UntilKilled()))
+    cid = await backend.create(request("hold", name="on-n1", network="n1"))
+    await backend.remove_network("n1")  # created, not started: no endpoint yet
+    await backend.ensure_network("n1", {"io.sandvisor.owner": "o1"})
+    await backend.start(cid)
+    with pytest.raises(EngineError, match="active endpoints"):
+        await backend.remove_network("n1")
+    await backend.kill(cid, "SIGKILL")
+    await backend.wait(cid)
+    await backend.remove_network("n1")
+    assert [n.name for n in await backend.list_networks("io.sandvisor.owner")] == ["n2"]
+
+
 async def test_list_labeled_by_key_and_value(engine: FakeEngine, backend: FakeBackend) -> None:
     a = await backend.create(request("x", name="a", labels={"io.sandvisor.owner": "o1"}))
     await backend.create(request("x", name="b", labels={"io.sandvisor.owner": "o2"}))

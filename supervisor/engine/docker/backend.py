@@ -19,6 +19,7 @@ from supervisor.core.container import (
     ContainerState,
     ContainerSummary,
     EngineCapabilities,
+    NetworkSummary,
     Segment,
     VolumeRequest,
     VolumeSummary,
@@ -344,6 +345,13 @@ class DockerBackend:
     async def remove_network(self, name: str) -> None:
         with contextlib.suppress(_NotFoundError):
             await self._call("remove network", "remove_network", name)
+
+    async def list_networks(self, label: str) -> list[NetworkSummary]:
+        rows = await self._call("list networks", "networks", filters={"label": label})
+        return [
+            NetworkSummary(name=r["Name"], id=r["Id"], labels=r.get("Labels") or {})
+            for r in rows or []
+        ]
 
     async def create_volume(self, request: VolumeRequest) -> None:
         await self._call(

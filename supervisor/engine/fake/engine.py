@@ -18,6 +18,7 @@ from supervisor.core.container import (
     ContainerState,
     ContainerSummary,
     EngineCapabilities,
+    NetworkSummary,
     Segment,
     VolumeRequest,
     VolumeSummary,
@@ -44,6 +45,10 @@ ScriptSource = Script | Callable[[ContainerRequest], Script]
 _POOL_LOOP = re.compile(r'if \[ "\$l" = "([^"]+)" \]; then exec ')
 _BUILTIN_NETWORKS = ("none", "host", "bridge", "default")
 _LOG_BLOCK = 64 * 1024
+
+
+def _network_id(name: str) -> str:
+    return hashlib.sha256(f"network:{name}".encode()).hexdigest()
 
 
 def task_command(request: ContainerRequest) -> str:
@@ -430,7 +435,29 @@ class FakeBackend:
 
     async def remove_network(self, name: str) -> None:
         await self.engine.enter("remove_network", name)
-        self.engine.networks.pop(name, None)
+        # Like Docker: a running (or paused) container has an endpoint on it; a created or
+        # exited one does not hold it.
+        attached = [
+            c
+            for c in self.engine.containers
+            if not c.gone and c.running and c.request.network == name
+        ]
+        if attached and name in self.engine.networks:
+            raise EngineError(
+                f"remove network: error while removing network: network {name} has active "
+                f"endpoints ({attached[0].id[:12]})"
+            )
+        if self.engine.networks.pop(name, None) is not None:
+            self.engine.changes.notify()
+
+    async def list_networks(self, label: str) -> list[NetworkSummary]:
+        await self.engine.enter("list_networks", label)
+        key, has_value, value = label.partition("=")
+        return [
+            NetworkSummary(name=name, id=_network_id(name), labels=dict(labels))
+            for name, labels in self.engine.networks.items()
+            if key in labels and (not has_value or labels[key] == value)
+        ]
 
     async def create_volume(self, request: VolumeRequest) -> None:
         await self.engine.enter("create_volume", request.name)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from supervisor.core.container import VolumeRequest, VolumeSummary
+from supervisor.core.container import NetworkSummary, VolumeRequest, VolumeSummary
 from supervisor.core.errors import Unsupported
 
 
@@ -20,6 +20,10 @@ class WithoutHostResources:
 
     async def remove_network(self, name: str) -> None:
         return None
+
+    async def list_networks(self, label: str) -> list[NetworkSummary]:
+        # Its one network (sandvisor-tasks) is infrastructure, kept: no session has one.
+        return []
 
     async def create_volume(self, request: VolumeRequest) -> None:
         raise Unsupported("the swarm backend has no workspaces (volumes)")
