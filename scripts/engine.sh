@@ -190,10 +190,15 @@ PY
 }
 
 our_pid() {
+  # The dockerd this script started: the pid file names a live process whose program (the
+  # first field of its command line) is dockerd. A match anywhere in the command line is not
+  # enough: `tail -f /var/log/sandvisor-dockerd.log` would pass.
   [[ -f "$PIDFILE" ]] || return 1
   local pid; pid=$(cat "$PIDFILE" 2>/dev/null) || return 1
-  [[ -n "$pid" && -d /proc/$pid ]] || return 1
-  [[ "$(tr '\0' ' ' </proc/"$pid"/cmdline)" == *dockerd* ]] || return 1
+  [[ "$pid" =~ ^[0-9]+$ && -d /proc/$pid ]] || return 1
+  local program=""
+  IFS= read -r -d '' program <"/proc/$pid/cmdline" 2>/dev/null || true
+  [[ "${program##*/}" == dockerd ]] || return 1
   printf '%s' "$pid"
 }
 
