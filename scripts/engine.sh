@@ -5,6 +5,9 @@
 #   scripts/engine.sh status   # exit 0 when the API answers
 #   scripts/engine.sh down     # stop the dockerd *this script* started, nothing else
 #
+# `sandvisor doctor --fix-engine` restarts the dockerd this script started (found by the
+# same pid file) when it does not answer or is wedged, and never any other engine.
+#
 # On Debian 12, `up` replaces Debian 12's docker.io 20.10 (end of life; its libnetwork
 # deadlocks under concurrent container starts and removals, moby #46661/#44682) with Debian
 # 13's docker.io 26.1 before it starts an engine. Only docker.io and docker-cli come from
@@ -190,10 +193,16 @@ PY
 }
 
 our_pid() {
+  # The dockerd this script started: the pid file names a live process whose program (the
+  # first field of its command line) is dockerd. A match anywhere in the command line is not
+  # enough: `tail -f /var/log/sandvisor-dockerd.log` would pass. `sandvisor doctor
+  # --fix-engine` decides the same way (supervisor/tooling/engine_owner.py).
   [[ -f "$PIDFILE" ]] || return 1
   local pid; pid=$(cat "$PIDFILE" 2>/dev/null) || return 1
-  [[ -n "$pid" && -d /proc/$pid ]] || return 1
-  [[ "$(tr '\0' ' ' </proc/"$pid"/cmdline)" == *dockerd* ]] || return 1
+  [[ "$pid" =~ ^[0-9]+$ && -d /proc/$pid ]] || return 1
+  local program=""
+  IFS= read -r -d '' program <"/proc/$pid/cmdline" 2>/dev/null || true
+  [[ "${program##*/}" == dockerd ]] || return 1
   printf '%s' "$pid"
 }
 
@@ -276,6 +285,6 @@ case "${1:-up}" in
   status) cmd_status ;;
   started-by-us) our_pid >/dev/null ;;
   -h|--help|help)
-    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' ;;
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) say "unknown command '$1' (allowed: up, status, down)"; exit 2 ;;
 esac

@@ -132,6 +132,8 @@ class PrivateEngine:
         self.log_path = self.root / "dockerd.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
+        #: A dockerd of this engine that another process started (see :meth:`adopt`).
+        self.adopted: int | None = None
         self._bridge_up = False
         self.frozen = False
         self._write_config()
@@ -228,8 +230,43 @@ class PrivateEngine:
         """SIGKILL this dockerd: a crash, for engine-restart tests."""
         self._signal_and_wait(signal.SIGKILL, 10.0)
 
+    def restarted_pid(self) -> int | None:
+        """The pid of a dockerd of this engine that another process started (its pid file
+        names it, and it is not this object's own), or None."""
+        try:
+            pid = int(self.pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        own = self.proc.pid if self.proc is not None else self.adopted
+        cmdline = _cmdline(pid)
+        mine = cmdline.startswith("dockerd ") and f" {self.pidfile} " in cmdline
+        return pid if pid != own and mine and _pid_alive(pid) else None
+
+    def adopt(self, pid: int) -> None:
+        """This engine's dockerd was started again by another process, with the same command
+        line (``sandvisor doctor --fix-engine``): from now on stop, kill, freeze and close
+        act on ``pid`` (it must be a dockerd of this engine's folder)."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(f"its own dockerd (pid {self.proc.pid}) is still running")
+        cmdline = _cmdline(pid)
+        if not (cmdline.startswith("dockerd ") and f" {self.pidfile} " in cmdline):
+            raise RuntimeError(f"pid {pid} is not this engine's dockerd: {cmdline!r}")
+        self.proc = None
+        self.pid = self.adopted = pid
+        self.frozen = False
+
     def _signal_and_wait(self, sig: signal.Signals, timeout_s: float) -> None:
         proc = self.proc
+        if proc is None and self.adopted is not None:
+            pid, self.adopted = self.adopted, None
+            if _pid_alive(pid):
+                os.kill(pid, sig)
+                with contextlib.suppress(TimeoutError):
+                    _wait_until(lambda: not _pid_alive(pid), timeout_s, f"dockerd {pid} exiting")
+                if _pid_alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+                    _wait_until(lambda: not _pid_alive(pid), 10, f"dockerd {pid} killed")
+            return
         if proc is None or proc.poll() is not None:
             return
         proc.send_signal(sig)
@@ -245,11 +282,16 @@ class PrivateEngine:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGSTOP)
             self.frozen = True
+        elif self.adopted is not None and _pid_alive(self.adopted):
+            os.kill(self.adopted, signal.SIGSTOP)
+            self.frozen = True
 
     def thaw(self) -> None:
         """SIGCONT after :meth:`freeze`."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
+        elif self.adopted is not None and _pid_alive(self.adopted):
+            os.kill(self.adopted, signal.SIGCONT)
         self.frozen = False
 
     def restart(self) -> None:
@@ -304,6 +346,9 @@ class PrivateEngine:
         try:
             if self.frozen:  # a test that failed while the engine was stopped
                 self.thaw()
+            again = self.restarted_pid()
+            if again is not None:  # started again by the code under test, never adopted
+                self.adopt(again)
             if self.proc is not None and self.proc.poll() is not None:
                 # Killed by the test and not restarted: start it once more so it can remove
                 # the containers it still has (live-restore keeps them running meanwhile).

@@ -16,6 +16,7 @@ from supervisor.engine.base import Backend
 from supervisor.engine.endpoint import DEFAULT_SOCKET, docker_host
 from supervisor.engine.probe import probe_runtime
 from supervisor.tooling.doctor_model import Check, CheckStatus, _Model
+from supervisor.tooling.engine_owner import engine_run_dir, identify
 from supervisor.tooling.images import IMAGES, repository, root_cause, source_hash
 from supervisor.tooling.swarm_doctor import node_checks
 
@@ -54,32 +55,45 @@ async def _check_engine(backend: Backend) -> Check:
                 facts={"host": host, "reachable": False, "error": str(exc)},
                 fix='sudo usermod -aG docker "$USER"',
             )
+        owner = await asyncio.to_thread(identify, host, engine_run_dir())
+        if owner.kind == "not_ours" and host == f"unix://{DEFAULT_SOCKET}":
+            fix: str | None = "sudo systemctl start docker"
+        elif owner.kind == "not_ours":
+            fix = None  # another DOCKER_HOST is someone else's to start
+        else:  # engine.sh's dockerd is running (root is needed to be sure): restart it
+            fix = f"{'' if os.geteuid() == 0 else 'sudo '}sandvisor doctor --fix-engine"
         return Check(
             name="engine",
             status="fail",
             detail=f"no Docker engine answers at {host} ({cause}): is dockerd "
             "running? is DOCKER_HOST right?",
             facts={"host": host, "reachable": False, "error": str(exc)},
-            # Only for this host's own engine: another DOCKER_HOST is someone else's to start.
-            fix="sudo systemctl start docker" if host == f"unix://{DEFAULT_SOCKET}" else None,
+            fix=fix,
         )
     detail = f"Docker {info['version']} (API {info['api_version']}) at {host}"
     facts = {"host": host, "reachable": True, **info}
     if deadlock_prone(info["version"]):
+        owner = await asyncio.to_thread(identify, host, engine_run_dir())
         return Check(
             name="engine",
             status="warn",
             detail=f"{detail}: {DEADLOCK_NOTE}",
             facts={**facts, "known_deadlocks": True},
+            # `make engine` upgrades only when it starts an engine: stop its own one first.
+            fix="make engine-down && make engine" if owner.ours else None,
         )
     return Check(name="engine", status="ok", detail=detail, facts=facts)
 
 
-#: What doctor says about a Docker 20.10 (or older) engine.
+#: What doctor says about a Docker 20.10 (or older) engine (what engine.sh does about it).
 DEADLOCK_NOTE = (
     "known libnetwork deadlocks exist in this engine (moby #46661, #44682): creating and "
-    "removing containers at once can wedge it until it is restarted; newer engines fix them "
-    "(Debian 13's docker.io is 26.1.5, or Docker's own repository; see the README)"
+    "removing containers at once can wedge it until it is restarted (`sandvisor doctor "
+    "--fix-engine` restarts the one `make engine` started); newer engines fix them: on "
+    "Debian 12, `make engine` installs Debian 13's docker.io 26.1 when it starts an engine "
+    "(it never replaces a running one, so stop its own first: `make engine-down && make "
+    "engine`; SANDVISOR_KEEP_ENGINE=1 keeps 20.10), or install docker-ce from Docker's own "
+    "repository; see the README"
 )
 
 
