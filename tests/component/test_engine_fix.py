@@ -136,3 +136,21 @@ async def test_a_restart_that_does_not_come_back_says_why(tmp_path: Path) -> Non
         assert done.state_after == "down"
     finally:
         fake.close()
+
+
+async def test_plain_doctor_on_an_engine_that_answers_404_reports_instead_of_crashing(
+    fake: FakeDockerd, tmp_path: Path
+) -> None:
+    """An engine that answers 404 to what doctor asks (the stand-in knows three paths) gets
+    a report with failed checks, never a traceback of the backend's internal not-found."""
+    from supervisor.engine.docker.backend import DockerBackend  # noqa: PLC0415
+    from supervisor.tooling.doctor import run_checks  # noqa: PLC0415
+
+    backend = DockerBackend(fake.docker_host)
+    try:
+        report = await run_checks(backend, state_dir=tmp_path / "state", probe=False)
+    finally:
+        await backend.aclose()
+    failed = [c for c in report.checks if c.status == "fail"]
+    assert failed, report
+    assert any("404" in c.detail or "not found" in c.detail.lower() for c in failed), report

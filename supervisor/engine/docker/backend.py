@@ -37,8 +37,10 @@ T = TypeVar("T")
 log = get_logger("supervisor.engine.docker")
 
 
-class _NotFoundError(Exception):
-    """Internal: the engine answered 404."""
+class _NotFoundError(EngineError):
+    """The engine answered 404. The calls that expect one (a container or network that may be
+    gone) catch it; anywhere else it stays an ``EngineError`` with the engine's message, so no
+    caller meets a bare exception."""
 
 
 class DockerBackend:
