@@ -82,6 +82,10 @@ class InFlight:
     started: float
     """Loop time it began."""
     deadline_s: float
+    evidence: bool = True
+    """Whether its lateness says the engine hangs. A liveness ping is cut off early on
+    purpose (ALIVE_S) and a loaded machine makes it late: it is not evidence; only the
+    watchdog's canary, a real operation, turns it into a verdict."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,7 @@ class Deadlines:
     def health(self) -> CallHealth:
         now = asyncio.get_running_loop().time()
         calls = sorted(self._in_flight.values(), key=lambda c: c.started)
-        overdue = next((c for c in calls if now - c.started > c.deadline_s), None)
+        overdue = next((c for c in calls if c.evidence and now - c.started > c.deadline_s), None)
         recent = [(when, call) for when, call, hold in self._timeouts.values() if now - when < hold]
         timed_out = max(recent)[1] if recent else None
         return CallHealth(calls[0] if calls else None, overdue, timed_out)
@@ -127,18 +131,25 @@ class Deadlines:
     # -- plumbing --------------------------------------------------------------------------
 
     async def _bounded(
-        self, kind: Kind, call: str, work: Awaitable[T], deadline: float | None = None
+        self,
+        kind: Kind,
+        call: str,
+        work: Awaitable[T],
+        deadline: float | None = None,
+        *,
+        evidence: bool = True,
     ) -> T:
         deadline = self.deadlines[kind] if deadline is None else deadline
         loop = asyncio.get_running_loop()
         key = next(self._ids)
-        self._in_flight[key] = InFlight(call, kind, loop.time(), deadline)
+        self._in_flight[key] = InFlight(call, kind, loop.time(), deadline, evidence)
         try:
             async with asyncio.timeout(deadline):
                 result = await work
         except TimeoutError as exc:
-            # Counts for as long as the call was given: then a new call may try again.
-            self._timeouts[kind] = (loop.time(), call, deadline)
+            if evidence:
+                # Counts for as long as the call was given: then a new call may try again.
+                self._timeouts[kind] = (loop.time(), call, deadline)
             raise EngineUnresponsive(call, deadline) from exc
         finally:
             del self._in_flight[key]
@@ -153,7 +164,7 @@ class Deadlines:
     async def alive(self) -> bool:
         deadline = min(ALIVE_S, self.deadlines["ping"])
         try:
-            return await self._bounded("ping", "ping", self.inner.alive(), deadline)
+            return await self._bounded("ping", "ping", self.inner.alive(), deadline, evidence=False)
         except EngineUnresponsive:
             return False
 

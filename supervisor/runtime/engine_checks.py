@@ -31,8 +31,11 @@ _IMAGE_CACHE_S = 10.0
 #: The watchdog's canary: a listing no container matches (cheap on any engine) that goes
 #: through the engine's container store, where a deadlocked engine blocks.
 CANARY_LABEL = "io.sandvisor.canary"
-#: A canary not done within this is a wedged engine.
-CANARY_S = 3.0
+#: A canary not done within this is a wedged engine (or within half the list deadline,
+#: when that is shorter: a start must be refused within its deadline). A busy 2-core
+#: machine answers a listing on its own connection in milliseconds; a deadlocked engine
+#: never does.
+CANARY_S = 5.0
 #: How often the watchdog looks.
 WATCH_EVERY_S = 1.0
 
@@ -71,8 +74,15 @@ class EngineChecks:
         self._state, self._why = "up", ""
         return True
 
-    def start_watch(self, every_s: float = WATCH_EVERY_S, canary_s: float = CANARY_S) -> None:
+    def canary_s(self) -> float:
+        """How long the canary may take before the engine counts as wedged."""
+        if self._calls is None:
+            return CANARY_S
+        return min(CANARY_S, self._calls.deadlines["list"] / 2)
+
+    def start_watch(self, every_s: float = WATCH_EVERY_S, canary_s: float | None = None) -> None:
         """Look at the engine every ``every_s`` from now on (see :meth:`look`)."""
+        canary_s = self.canary_s() if canary_s is None else canary_s
         if self._watch is None or self._watch.done():
             self._watch = asyncio.create_task(
                 self._watch_loop(every_s, canary_s), name="engine-watch"
@@ -117,11 +127,12 @@ class EngineChecks:
             await self.look(canary_s)
             await asyncio.sleep(every_s)
 
-    async def look(self, canary_s: float = CANARY_S) -> EngineState:
+    async def look(self, canary_s: float | None = None) -> EngineState:
         """One look: the canary (a container listing) must complete within ``canary_s``;
         refused is ``down``, not done in time ``wedged``, done ``up`` (unless a call of
         ours shows a hang). One canary at a time: a hung one is waited on, not repeated
         (a thread of the engine client stays blocked with each)."""
+        canary_s = self.canary_s() if canary_s is None else canary_s
         loop = asyncio.get_running_loop()
         if self._canary is None or self._canary.done():
             self._canary = asyncio.create_task(self._run_canary(), name="engine-canary")

@@ -265,6 +265,7 @@ STATUS_BY_CODE = {
     "image_build_failed": 500,
     "cli_error": 500,
     "swarm_not_found": 502,
+    "engine_not_found": 502,
     "image_missing": 424,
     "input_too_large": 413,
     "invalid_request": 422,

@@ -42,6 +42,8 @@ class _NotFoundError(EngineError):
     gone) catch it; anywhere else it stays an ``EngineError`` with the engine's message, so no
     caller meets a bare exception."""
 
+    code = "engine_not_found"
+
 
 class DockerBackend:
     """The Docker Engine through its API. Every docker-py call runs in one bounded thread pool."""
@@ -271,7 +273,17 @@ class DockerBackend:
             raise
 
     async def list_labeled(self, label: str) -> list[ContainerSummary]:
-        rows = await self._call("list", "containers", all=True, filters={"label": label})
+        # On its own connection, not a thread of the pool: the watchdog's canary is a
+        # listing, and behind a burst of starts holding every thread it would wait its
+        # turn and make a busy engine look wedged.
+        query = urllib.parse.urlencode({"all": "1", "filters": json.dumps({"label": [label]})})
+        status, body = await self._raw("GET", f"/containers/json?{query}")
+        if status != 200:
+            raise EngineError(f"list containers: HTTP {status}: {body[:200]!r}")
+        try:
+            rows = json.loads(body)
+        except ValueError as exc:
+            raise EngineError(f"list containers: the engine's answer is not JSON: {exc}") from exc
         return [
             ContainerSummary(id=r["Id"], status=r.get("State", "?"), labels=r.get("Labels") or {})
             for r in rows
