@@ -203,19 +203,116 @@ def test_the_checker_catches_the_facade_imported_from_below(toy: Path) -> None:
 #: Size limits that keep units small enough to read in one sitting.
 MAX_MODULE_LINES = 500
 MAX_CLASS_LINES = 400
+#: The one place a module or class may be larger, each with its own limit and why: a unit
+#: that is one thing is not cut in two to fit a number (an entry no longer needed fails).
+SIZE_EXCEPTIONS: dict[str, tuple[int, str]] = {}
+
+#: Calls that read or write the host's files, a socket or the clock.
+_IO_CALLS = {
+    "open",
+    "read_text",
+    "read_bytes",
+    "write_text",
+    "write_bytes",
+    "glob",
+    "rglob",
+    "realpath",
+    "stat",
+    "lstat",
+    "exists",
+    "is_dir",
+    "is_file",
+    "iterdir",
+    "listdir",
+    "scandir",
+    "resolve",
+    "mkdir",
+    "unlink",
+    "socket",
+    "time",
+    "monotonic",
+    "sleep",
+    "now",
+}
+#: The core modules that read the host's files, as docs/architecture.md says (keep both
+#: in step): what each reads.
+CORE_IO = {
+    "policy.py": {"read_text", "glob", "is_dir"},
+    "resolve.py": {"realpath", "lstat"},
+    "workspace.py": {"realpath"},
+    "paths.py": {"resolve", "is_dir", "is_file"},
+}
 
 
-def test_no_module_or_class_is_too_large() -> None:
+def _io_calls(text: str) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in _IO_CALLS:
+                found.add(name)
+    return found
+
+
+def test_core_reads_the_host_only_where_the_docs_say() -> None:
+    seen = {}
+    for path in sorted((REPO / "supervisor" / "core").rglob("*.py")):
+        calls = _io_calls(path.read_text())
+        if calls:
+            seen[str(path.relative_to(REPO / "supervisor" / "core"))] = calls
+    assert seen == CORE_IO
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    for name in CORE_IO:
+        assert f"`{name}`" in doc, f"docs/architecture.md does not name core/{name}'s I/O"
+
+
+def oversized(root: Path, package: str, exceptions: dict[str, tuple[int, str]]) -> list[str]:
+    """Modules and classes of ``root/package`` over their limit (``exceptions`` by the
+    path relative to ``root``, ``path:Class`` for a class)."""
     too_big: list[str] = []
-    for path in sorted((REPO / "supervisor").rglob("*.py")):
+    for path in sorted((root / package).rglob("*.py")):
         text = path.read_text()
-        rel = path.relative_to(REPO)
+        rel = path.relative_to(root)
         lines = text.count("\n")
-        if lines > MAX_MODULE_LINES:
-            too_big.append(f"{rel}: {lines} lines (max {MAX_MODULE_LINES})")
+        limit = exceptions.get(str(rel), (MAX_MODULE_LINES, ""))[0]
+        if lines > limit:
+            too_big.append(f"{rel}: {lines} lines (max {limit})")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ClassDef):
                 size = (node.end_lineno or node.lineno) - node.lineno + 1
-                if size > MAX_CLASS_LINES:
-                    too_big.append(f"{rel}: class {node.name} is {size} lines")
-    assert too_big == []
+                limit = exceptions.get(f"{rel}:{node.name}", (MAX_CLASS_LINES, ""))[0]
+                if size > limit:
+                    too_big.append(f"{rel}: class {node.name} is {size} lines (max {limit})")
+    return too_big
+
+
+def test_no_module_or_class_is_too_large() -> None:
+    assert oversized(REPO, "supervisor", SIZE_EXCEPTIONS) == []
+    _every_size_exception_is_needed_and_says_why()
+
+
+def test_a_named_exception_lets_one_unit_be_larger(toy: Path) -> None:
+    body = "class Big:\n" + "    x = 1\n" * (MAX_CLASS_LINES + 5)
+    (toy / "pkg" / "core" / "big.py").write_text(body)
+    assert oversized(toy, "pkg", {}) == [
+        f"pkg/core/big.py: class Big is {MAX_CLASS_LINES + 6} lines (max {MAX_CLASS_LINES})"
+    ]
+    assert oversized(toy, "pkg", {"pkg/core/big.py:Big": (420, "one state machine")}) == []
+
+
+def _every_size_exception_is_needed_and_says_why() -> None:
+    for where, (limit, why) in SIZE_EXCEPTIONS.items():
+        path, _, cls = where.partition(":")
+        text = (REPO / path).read_text()
+        if cls:
+            node = next(
+                n
+                for n in ast.walk(ast.parse(text))
+                if isinstance(n, ast.ClassDef) and n.name == cls
+            )
+            size = (node.end_lineno or node.lineno) - node.lineno + 1
+            assert size > MAX_CLASS_LINES, f"{where} fits the limit now: drop its exception"
+        else:
+            assert text.count("\n") > MAX_MODULE_LINES, f"{where} fits now: drop its exception"
+        assert limit > 0 and len(why) > 20, f"{where}: say why it is one unit"
