@@ -9,8 +9,9 @@ container inspect, kill and remove) every ``PERIOD_S``. When one answer takes lo
 ``SANDVISOR_TEST_WEDGE_S`` (default 120 s, far above a loaded 2-core machine's worst), the
 thread asks dockerd for its goroutine dump (SIGUSR1, only to the engine this run's
 ``scripts/engine.sh`` started or the one at ``/var/run/docker.pid``), prints where the dump
-is and the stacks that wait on a lock, and interrupts the main thread: pytest stops with
-its summary, and the run fails instead of hanging.
+is and the stacks that wait on a lock, and interrupts the main thread (SIGUSR2, whose
+handler calls ``pytest.exit``): pytest stops with its summary and exit status 3, instead of
+hanging.
 
 An engine that does not answer at all is *down*, not wedged: the tests that need it fail
 on their own, quickly.
@@ -31,6 +32,10 @@ from typing import Any
 import pytest
 
 PERIOD_S = 10.0
+#: The watchdog interrupts the main thread with this (pytest-timeout uses SIGALRM).
+STOP_SIGNAL = signal.SIGUSR2
+#: The run's exit status when the watchdog stopped it.
+EXIT_WEDGED = 3
 WEDGE_S = float(os.environ.get("SANDVISOR_TEST_WEDGE_S", "120"))
 #: Where the watched dockerd's pid is: the engine scripts/engine.sh started, or the system's.
 PIDFILES = tuple(
@@ -91,7 +96,9 @@ class EngineWatchdog:
             took = self.probe()
             if took is not None and took >= self.wedge_s:
                 self.wedged = self._report(took)
-                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                # A signal of our own, not SIGINT: a run started in the background (CI's)
+                # inherits SIGINT ignored, and Python then never installs its handler.
+                signal.pthread_kill(threading.main_thread().ident or 0, STOP_SIGNAL)
                 return
 
     def _report(self, took: float) -> str:
@@ -157,9 +164,6 @@ def waiting_stacks(dump: Path, limit: int = 40) -> list[str]:
     return out
 
 
-_WATCHING: list[EngineWatchdog] = []
-
-
 @pytest.fixture(scope="session", autouse=True)
 def engine_watchdog() -> Iterator[EngineWatchdog | None]:
     """Watch the engine for the whole run when one answers at its start."""
@@ -167,18 +171,15 @@ def engine_watchdog() -> Iterator[EngineWatchdog | None]:
     if dog.probe() is None:
         yield None
         return
+
+    def stop_the_run(signum: int, frame: object) -> None:
+        del signum, frame
+        pytest.exit(f"the run was stopped by the engine watchdog:\n{dog.wedged}", EXIT_WEDGED)
+
+    before = signal.signal(STOP_SIGNAL, stop_the_run)
     dog.start()
-    _WATCHING.append(dog)
     try:
         yield dog
     finally:
-        _WATCHING.remove(dog)
         dog.stop()
-
-
-def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-    """Say why the run stopped when the watchdog stopped it."""
-    del excinfo
-    for dog in _WATCHING:
-        if dog.wedged:
-            print(f"\nthe run was stopped by the engine watchdog:\n{dog.wedged}", file=sys.stderr)
+        signal.signal(STOP_SIGNAL, before)

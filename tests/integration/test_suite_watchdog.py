@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine_watchdog import EXIT_WEDGED
 from tests.private_engine import PrivateEngine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,8 +46,16 @@ def test_a_wedged_engine_stops_the_run_fast(private_engine: PrivateEngine, tmp_p
         "SANDVISOR_TEST_DOCKERD_PIDFILE": str(private_engine.pidfile),
         "PYTHONPATH": str(REPO),
     }
+    # SIGINT ignored, as in a run started in the background (CI's): the watchdog must not
+    # depend on it.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(inner)],
+        [
+            "sh",
+            "-c",
+            'trap "" INT; exec "$0" -m pytest -p no:cacheprovider -q "$1"',
+            sys.executable,
+            str(inner),
+        ],
         cwd=inner,
         env=env,
         stdout=subprocess.PIPE,
@@ -69,7 +78,7 @@ def test_a_wedged_engine_stops_the_run_fast(private_engine: PrivateEngine, tmp_p
             proc.kill()
             proc.wait()
     text = out.decode()
-    assert proc.returncode == 2, text  # interrupted, not passed and not timed out
+    assert proc.returncode == EXIT_WEDGED, text  # stopped, not passed and not timed out
     assert "engine wedged: `docker info` did not answer" in text, text
     assert "the run was stopped by the engine watchdog" in text, text
     # The watchdog's period (10 s) plus its limit, plus the dump's wait: far below pytest's
