@@ -13,14 +13,15 @@ own; its start-up and shutdown are ``open_daemon`` and ``Supervisor.aclose``, wh
 :func:`in_process_daemon` runs around it, as ``run_daemon`` does.
 
 Async tests use :func:`in_process_daemon` (the ``daemon`` fixture of tests/component). Sync
-code (schemathesis, hypothesis) uses :func:`threaded_daemon`: the same daemon on an event
-loop of its own in a thread, reached through sync httpx and requests clients.
+code (schemathesis, hypothesis) uses :func:`listening_daemon`: the same daemon on an event
+loop of its own in a thread, its app served on a loopback port.
 """
 
 from __future__ import annotations
 
-import io
 import re
+import socket
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -28,10 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import requests
-import requests.adapters
-import urllib3
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+import uvicorn
+from anyio.from_thread import start_blocking_portal
 from fastapi import FastAPI
 
 from supervisor.core.container import ContainerRequest
@@ -48,7 +47,8 @@ from supervisor.engine.fake import (
 )
 from supervisor.interfaces.daemon.app import AppConfig, create_app
 from supervisor.interfaces.daemon.auth import Auth
-from supervisor.interfaces.daemon.serve import open_daemon
+from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S
+from supervisor.interfaces.daemon.serve import open_daemon, tcp_config
 from supervisor.runtime.supervisor import Supervisor
 
 #: Where the clients send their requests (the unix socket clients' host too).
@@ -158,93 +158,62 @@ async def _engine(engine: FakeEngine | None) -> AsyncIterator[FakeEngine]:
 # -- the same daemon for sync code ---------------------------------------------------------
 
 
-class PortalTransport(httpx.BaseTransport):
-    """A sync httpx transport into the app, run on the daemon's loop (in its thread)."""
+class _Server(uvicorn.Server):
+    """Uvicorn without signal handlers (the test's process has its own)."""
 
-    def __init__(self, portal: BlockingPortal, app: FastAPI) -> None:
-        self._portal = portal
-        self._asgi = httpx.ASGITransport(app=app)
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        async def send() -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-            response = await self._asgi.handle_async_request(request)
-            return response.status_code, response.headers.raw, await response.aread()
-
-        status, headers, content = self._portal.call(send)
-        return httpx.Response(status, headers=headers, content=content, request=request)
-
-
-class PortalAdapter(requests.adapters.BaseAdapter):
-    """requests into the app, through :class:`PortalTransport`: what a ``requests.Session``
-    (schemathesis' client) sends reaches the app as it would over a socket (headers as
-    latin-1 bytes, the body as sent)."""
-
-    def __init__(self, transport: PortalTransport) -> None:
-        super().__init__()
-        self._transport = transport
-        self._builder = requests.adapters.HTTPAdapter()
-
-    def send(  # type: ignore[override]
-        self, request: requests.PreparedRequest, *args: Any, **kwargs: Any
-    ) -> requests.Response:
-        body = request.body
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()]
-        answer = self._transport.handle_request(
-            httpx.Request(str(request.method), str(request.url), headers=headers, content=body)
-        )
-        raw = urllib3.HTTPResponse(
-            body=io.BytesIO(answer.content),
-            headers=list(answer.headers.multi_items()),
-            status=answer.status_code,
-            reason=answer.reason_phrase,
-            version=11,
-            preload_content=False,
-            decode_content=False,
-            request_method=request.method,
-        )
-        return self._builder.build_response(request, raw)
-
-    def close(self) -> None:
-        self._builder.close()
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 @dataclass
-class ThreadedDaemon:
-    """An :class:`InProcessDaemon` on its own loop in a thread, for sync callers."""
+class ListeningDaemon:
+    """An :class:`InProcessDaemon` on an event loop of its own (in a thread), its loopback
+    TCP listener's app served by uvicorn on a real port: for sync callers, and for those
+    that open connections of their own (schemathesis' auth probes drop the session they
+    are given, so an in-process transport cannot reach them)."""
 
     daemon: InProcessDaemon
-    portal: BlockingPortal
+    tcp: str
+    """``127.0.0.1:PORT``."""
 
     @property
     def token(self) -> str:
         return self.daemon.token
 
-    def call(self, func: Any, *args: Any) -> Any:
-        """Run ``func(*args)`` (a coroutine function) on the daemon's loop."""
-        return self.portal.call(func, *args)
-
-    def client(self, token: str | None = None, base_url: str = BASE_URL) -> httpx.Client:
+    def client(self, token: str | None = None) -> httpx.Client:
+        """httpx over loopback TCP, authenticated as admin unless told otherwise."""
         headers = {"Authorization": f"Bearer {token or self.token}"}
-        return self.anon(base_url=base_url, headers=headers)
-
-    def anon(self, base_url: str = BASE_URL, **kw: Any) -> httpx.Client:
-        transport = PortalTransport(self.portal, self.daemon.app)
-        return httpx.Client(transport=transport, base_url=base_url, timeout=60, **kw)
-
-    def requests_session(self) -> requests.Session:
-        """A requests session whose every http:// request goes to the app."""
-        session = requests.Session()
-        session.mount("http://", PortalAdapter(PortalTransport(self.portal, self.daemon.app)))
-        return session
+        return httpx.Client(base_url=f"http://{self.tcp}", headers=headers, timeout=60)
 
 
 @contextmanager
-def threaded_daemon(state_dir: Path, policies_dir: Path, **kw: Any) -> Iterator[ThreadedDaemon]:
-    """:func:`in_process_daemon` (same arguments) on an event loop in a thread of its own."""
+def listening_daemon(state_dir: Path, policies_dir: Path, **kw: Any) -> Iterator[ListeningDaemon]:
+    """:func:`in_process_daemon` (same arguments but ``config``) on a loop in a thread of its
+    own, its app (``serve.tcp_config``'s: the Host/Origin allowlist of its port) listening
+    on a free loopback port."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    sock.setblocking(False)
+    port = sock.getsockname()[1]
+    config = tcp_config(port, [], BODY_TIMEOUT_S)
     with (
+        sock,
         start_blocking_portal() as portal,
-        portal.wrap_async_context_manager(in_process_daemon(state_dir, policies_dir, **kw)) as d,
+        portal.wrap_async_context_manager(
+            in_process_daemon(state_dir, policies_dir, config=config, **kw)
+        ) as daemon,
     ):
-        yield ThreadedDaemon(d, portal)
+        server = _Server(
+            uvicorn.Config(daemon.app, lifespan="off", log_level="warning", access_log=False)
+        )
+        serving = portal.start_task_soon(server.serve, [sock])
+        try:
+            deadline = time.monotonic() + 30
+            while not server.started:
+                assert not serving.done(), serving.result()
+                assert time.monotonic() < deadline, "uvicorn did not start within 30 s"
+                time.sleep(0.01)
+            yield ListeningDaemon(daemon, f"127.0.0.1:{port}")
+        finally:
+            server.should_exit = True
+            serving.result(timeout=30)
