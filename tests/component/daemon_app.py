@@ -203,8 +203,12 @@ def listening_daemon(state_dir: Path, policies_dir: Path, **kw: Any) -> Iterator
             in_process_daemon(state_dir, policies_dir, config=config, **kw)
         ) as daemon,
     ):
+        # No log_config: uvicorn's own would stop its records (an app's traceback) from
+        # reaching the test's log capture.
         server = _Server(
-            uvicorn.Config(daemon.app, lifespan="off", log_level="warning", access_log=False)
+            uvicorn.Config(
+                daemon.app, lifespan="off", log_config=None, log_level="warning", access_log=False
+            )
         )
         serving = portal.start_task_soon(server.serve, [sock])
         try:
