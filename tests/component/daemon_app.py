@@ -20,7 +20,6 @@ loop of its own in a thread, its app served on a loopback port.
 from __future__ import annotations
 
 import re
-import socket
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -48,7 +47,7 @@ from supervisor.engine.fake import (
 from supervisor.interfaces.daemon.app import AppConfig, create_app
 from supervisor.interfaces.daemon.auth import Auth
 from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S
-from supervisor.interfaces.daemon.serve import open_daemon, tcp_config
+from supervisor.interfaces.daemon.serve import _bind_tcp, open_daemon, tcp_config
 from supervisor.runtime.supervisor import Supervisor
 
 #: Where the clients send their requests (the unix socket clients' host too).
@@ -192,8 +191,7 @@ def listening_daemon(state_dir: Path, policies_dir: Path, **kw: Any) -> Iterator
     """:func:`in_process_daemon` (same arguments but ``config``) on a loop in a thread of its
     own, its app (``serve.tcp_config``'s: the Host/Origin allowlist of its port) listening
     on a free loopback port."""
-    sock = socket.create_server(("127.0.0.1", 0))
-    sock.setblocking(False)
+    sock = _bind_tcp("127.0.0.1:0")  # the daemon's own listener socket
     port = sock.getsockname()[1]
     config = tcp_config(port, [], BODY_TIMEOUT_S)
     with (
