@@ -19,6 +19,8 @@ loop of its own in a thread, its app served on a loopback port.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -26,6 +28,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import uvicorn
@@ -44,10 +47,13 @@ from supervisor.engine.fake import (
     Step,
     task_command,
 )
+from supervisor.interfaces.client import SandvisorClient
 from supervisor.interfaces.daemon.app import AppConfig, create_app
 from supervisor.interfaces.daemon.auth import Auth
 from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S
 from supervisor.interfaces.daemon.serve import _bind_tcp, open_daemon, tcp_config
+from supervisor.interfaces.http import Response
+from supervisor.interfaces.http_errors import DaemonError
 from supervisor.runtime.supervisor import Supervisor
 
 #: Where the clients send their requests (the unix socket clients' host too).
@@ -111,6 +117,53 @@ class InProcessDaemon:
         kw.setdefault("base_url", BASE_URL)
         kw.setdefault("timeout", 60)
         return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), **kw)
+
+    def sandvisor_client(self, token: str | None = None) -> SandvisorClient:
+        """The project's own client (the CLI's, the MCP server's) into the app."""
+        client = SandvisorClient(base_url=BASE_URL, token=token or self.token)
+        client.endpoint = AsgiEndpoint(self.app)  # type: ignore[assignment]
+        return client
+
+
+class AsgiEndpoint:
+    """The app where ``SandvisorClient``'s Endpoint (interfaces/http.py) would open a
+    connection: the same request (its Host, Accept and Content-Type headers, the query as
+    ``urlencode`` writes it) through httpx's ASGI transport, and the whole answer. Set as a
+    client's ``endpoint``, it takes the CLI's and the MCP server's requests in-process."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self._app = app
+
+    def __str__(self) -> str:
+        return "the in-process daemon"
+
+    async def reachable(self, timeout_s: float) -> bool:
+        return True
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json_body: Any = None,
+        headers: dict[str, str] | None = None,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+    ) -> Response:
+        target = path + ("?" + urlencode(params) if params else "")
+        body = b"" if json_body is None else json.dumps(json_body).encode()
+        sent = {"Host": "sandvisor", "Accept": "application/json", **(headers or {})}
+        if json_body is not None or method in ("POST", "PUT", "PATCH"):
+            sent["Content-Type"] = "application/json"
+        transport = httpx.ASGITransport(app=self._app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+            try:
+                async with asyncio.timeout(read_timeout_s):
+                    r = await client.request(method, target, content=body, headers=sent)
+            except TimeoutError as exc:
+                raise DaemonError(f"lost the connection to the daemon ({self}): timeout") from exc
+        return Response(r.status_code, {k.lower(): v for k, v in r.headers.items()}, r.content)
 
 
 @asynccontextmanager
