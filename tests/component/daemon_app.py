@@ -1,20 +1,23 @@
 """An in-process daemon for the HTTP tests that need no real engine, socket or process: the
 daemon's own start-up (``serve.open_daemon``: the supervisor, the warm pool, the tokens) over
 a Supervisor on the fake engine, and its app (``create_app``) driven through httpx's ASGI
-transport. No listener, no subprocess, no Docker.
+transport (:meth:`InProcessDaemon.client`), or the project's own client through the same
+(:meth:`InProcessDaemon.sandvisor_client`, for the MCP server). No listener, no
+subprocess, no Docker.
 
-What it cannot show, the e2e tests keep: the real listener (uvicorn and the guarded h11
-protocol: head and body deadlines, the connection cap, bodies refused before they are
-sent), the unix socket's file modes, the TCP listener's bound address, a real process's
-crash and signals, and what a real container and engine do.
+What it cannot show, the e2e tests keep: the daemon's listeners (its guarded h11 protocol:
+head and body deadlines, the connection cap, bodies refused before they are sent), the unix
+socket's file modes, the TCP listener's bound address and allowlist, a real process's crash
+and signals, and what a real container and engine do.
 
 Lifespan: the daemon runs uvicorn with ``lifespan="off"``, and the app has no lifespan of its
 own; its start-up and shutdown are ``open_daemon`` and ``Supervisor.aclose``, which
 :func:`in_process_daemon` runs around it, as ``run_daemon`` does.
 
 Async tests use :func:`in_process_daemon` (the ``daemon`` fixture of tests/component). Sync
-code (schemathesis, hypothesis) uses :func:`listening_daemon`: the same daemon on an event
-loop of its own in a thread, its app served on a loopback port.
+code that opens connections of its own (schemathesis) uses :func:`listening_daemon`: the
+same daemon on an event loop of its own in a thread, its TCP app served by plain uvicorn on
+a loopback port.
 """
 
 from __future__ import annotations
