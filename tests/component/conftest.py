@@ -1,5 +1,6 @@
-"""Component tests: the runtime (runner, session, pool, stall watching, supervisor) on the
-fake engine of supervisor/engine/fake. No Docker: they run with DOCKER_HOST pointing nowhere."""
+"""Component tests: the runtime (runner, session, pool, stall watching, supervisor) and the
+daemon's HTTP API (in-process, tests/component/daemon_app.py) on the fake engine of
+supervisor/engine/fake. No Docker: they run with DOCKER_HOST pointing nowhere."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from supervisor import BaseEvent, MemorySink, Session, Supervisor
 from supervisor.engine.fake import FakeContainer, FakeEngine, LoopClock
+from tests.component.daemon_app import InProcessDaemon, in_process_daemon
 from tests.conftest import POLICIES
 
 #: Policies of the component tests: the minimal image, short grace periods (a stop whose
@@ -146,6 +148,21 @@ async def runtime(
 @pytest.fixture
 async def sup(runtime: Runtime) -> Supervisor:
     return await runtime.supervisor()
+
+
+@pytest.fixture
+async def daemon(
+    engine: FakeEngine, tmp_path: Path, policies_dir: Path
+) -> AsyncIterator[InProcessDaemon]:
+    """The daemon in-process (tests/component/daemon_app.py) on the fake engine, as the e2e
+    ``daemon`` fixture starts one: its own state dir, the test policies, stopping its tasks
+    at the end, ``<tmp_path>/projects`` its one workspace root."""
+    root = tmp_path / "projects"
+    root.mkdir(exist_ok=True)
+    async with in_process_daemon(
+        tmp_path / "state", policies_dir, engine=engine, workspace_roots=[root]
+    ) as d:
+        yield d
 
 
 @pytest.fixture

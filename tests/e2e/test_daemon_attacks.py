@@ -1,8 +1,8 @@
-"""No request can stall the daemon (issue 14, defects 1, 2, 3 and 6), each reproduced over
-the real HTTP server as the outside attack did it: a catastrophic pattern, wait-for over a
-250 MB line, parallel starts against the running-task cap, and input to a task that never
-reads it. Another client's ``/healthz`` is timed meanwhile: a blocked event loop shows
-there first."""
+"""No request can stall the daemon (issue 14, defects 1, 2 and 6), each reproduced over the
+real HTTP server as the outside attack did it: a catastrophic pattern, wait-for over a
+250 MB line, and input to a task that never reads it. Another client's ``/healthz`` is
+timed meanwhile: a blocked event loop shows there first. Defect 3, parallel starts against
+the running-task cap, needs no container: tests/component/test_http_api.py."""
 
 from __future__ import annotations
 
@@ -65,11 +65,6 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 @pytest.fixture
 def daemon(tmp_path: Path, policies_dir: Path) -> Iterator[Daemon]:
-    (policies_dir / "capped.toml").write_text(
-        'description = "tests: 8 running tasks per session"\n'
-        'image = "sandvisor/minimal:latest"\nworking_dir = "/tmp"\n'
-        "[timeouts]\ngrace_s = 1.0\n[session]\nmax_running_tasks = 8\n"
-    )
     with running(tmp_path, policies_dir) as d:
         yield d
 
@@ -131,40 +126,6 @@ def test_wait_for_over_a_250_mb_line_is_bounded_in_time_and_memory(daemon: Daemo
         grew = rss_mb(daemon.proc.pid) - rss_before
         assert grew < 300, f"RSS grew by {grew:.0f} MB"
         c.delete("/sessions/line")
-
-
-def test_the_running_task_cap_holds_under_parallel_starts(daemon: Daemon) -> None:
-    """Defect 3: 100 parallel starts were all accepted against a cap of 64. The cap is per
-    session, counted across policies, and reserved before any await."""
-    with daemon.client() as c:
-        c.post("/sessions", json={"session_id": "cap"}).raise_for_status()
-        # One task under another policy counts against the same session.
-        start(c, "cap", "sleep 120")
-
-        def one(_: int) -> int:
-            with daemon.client() as own:
-                r = own.post(
-                    "/sessions/cap/tasks", json={"command": "sleep 120", "policy": "capped"}
-                )
-                if r.status_code == 429:
-                    assert r.json()["error"]["code"] == "limit_exceeded"
-                return r.status_code
-
-        with ThreadPoolExecutor(16) as pool:
-            codes = list(pool.map(one, range(40)))
-        assert sorted(set(codes)) == [201, 429], codes
-        assert codes.count(201) == 7, codes  # 8 in the session, the first one included
-        tasks = c.get("/sessions/cap/tasks").json()
-        running_now = [t for t in tasks if t["status"] in ("starting", "running", "stopping")]
-        assert len(running_now) == 8
-        # Another session has its own cap.
-        c.post("/sessions", json={"session_id": "cap2"}).raise_for_status()
-        assert (
-            c.post("/sessions/cap2/tasks", json={"command": "true", "policy": "capped"}).status_code
-            == 201
-        )
-        c.delete("/sessions/cap")
-        c.delete("/sessions/cap2")
 
 
 def test_input_to_a_task_that_never_reads_answers_and_a_stop_frees_it(daemon: Daemon) -> None:

@@ -1,9 +1,12 @@
 """The daemon's pure parts: error statuses and bodies, validation messages, the lone-surrogate
-check, strict bodies that still take whole floats, the connection cap's arithmetic."""
+check, strict bodies that still take whole floats, the connection cap's arithmetic, the TCP
+listener's socket."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 
 import pytest
 from pydantic import ValidationError
@@ -14,6 +17,7 @@ from supervisor.interfaces.daemon.bodies import AckBody, InputBody, StartTask, c
 from supervisor.interfaces.daemon.connections import connection_cap, raw_response
 from supervisor.interfaces.daemon.errors import error_body, status_of
 from supervisor.interfaces.daemon.limits import MAX_INPUT_BYTES
+from supervisor.interfaces.daemon.serve import _bind_tcp
 from supervisor.interfaces.http_errors import (
     InputTooLarge,
     MethodNotAllowed,
@@ -148,3 +152,21 @@ def test_connection_cap_fits_the_descriptor_limit() -> None:
     assert connection_cap(None, 2048, 2, 1024) == 256
     assert connection_cap(None, 2048, 2, 40) == 16  # never below 16
     assert connection_cap(5000, 2048, 2, 1024) == 5000  # asked for: taken as given
+
+
+async def test_tcp_connections_send_at_once() -> None:
+    """The loopback listener's connections have TCP_NODELAY: asyncio sets it only on sockets
+    made with IPPROTO_TCP, and without it every answer on a kept-alive connection waited
+    ~40 ms for the client's delayed ACK (the API fuzzer took 70 s instead of about 20)."""
+    listener = _bind_tcp("127.0.0.1:0")
+    accepted: list[asyncio.StreamWriter] = []
+    server = await asyncio.start_server(lambda _, w: accepted.append(w), sock=listener)
+    async with server:
+        _, writer = await asyncio.open_connection(*listener.getsockname()[:2])
+        async with asyncio.timeout(10):
+            while not accepted:
+                await asyncio.sleep(0.01)
+        conn = accepted[0].get_extra_info("socket")
+        assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        writer.close()
+        accepted[0].close()

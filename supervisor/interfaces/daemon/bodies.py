@@ -275,6 +275,17 @@ class InputBody(_Body):
     """Bytes for the task's stdin: ``text`` (UTF-8) or ``data_b64``; ``eof`` closes stdin after.
     At most ``MAX_INPUT_BYTES`` per request."""
 
+    # The schema says what ``_one`` refuses: both, as strings (null is as good as left out).
+    model_config = ConfigDict(
+        **_STRICT,
+        json_schema_extra={
+            "not": {
+                "required": ["text", "data_b64"],
+                "properties": {"text": {"type": "string"}, "data_b64": {"type": "string"}},
+            }
+        },
+    )
+
     text: str | None = None
     """Text, written as UTF-8."""
     data_b64: Annotated[

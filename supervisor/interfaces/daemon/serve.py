@@ -156,7 +156,10 @@ def _bind_tcp(listen: str) -> socket.socket:
             "(127.0.0.1, ::1, localhost)"
         )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say so, and without
+    # it every answer on a kept-alive connection waited ~40 ms (Nagle's algorithm against
+    # the client's delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host if host != "localhost" else "127.0.0.1", int(port)))
     sock.listen(_BACKLOG)
@@ -206,6 +209,17 @@ def _servers(
     return servers
 
 
+def tcp_config(port: int, allow_hosts: Iterable[str], body_timeout_s: float) -> AppConfig:
+    """The loopback TCP listener's app: the Host names of its port (and ``--allow-host``)
+    and their origins only."""
+    names = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", *allow_hosts}
+    return AppConfig(
+        allowed_hosts=names,
+        allowed_origins={f"http://{n}" for n in names},
+        body_timeout_s=body_timeout_s,
+    )
+
+
 def _apps(
     settings: DaemonSettings, sup: Supervisor, auth: Auth, ui_assets: dict[str, Any]
 ) -> tuple[list[tuple[str, socket.socket]], dict[str, FastAPI], str | None, UiConfig | None]:
@@ -226,12 +240,7 @@ def _apps(
     if tcp is not None:
         host, port = tcp.getsockname()[:2]
         tcp_address = f"{host}:{port}"
-        names = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", *settings.allow_hosts}
-        config = AppConfig(
-            allowed_hosts=names,
-            allowed_origins={f"http://{n}" for n in names},
-            body_timeout_s=body_timeout,
-        )
+        config = tcp_config(port, settings.allow_hosts, body_timeout)
         if settings.ui:
             base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
             ui = UiConfig(base_url=base, cookie=cookie_name(port), assets=ui_assets)
@@ -243,6 +252,20 @@ def _apps(
     unix_ui = None if ui is None else UiConfig(base_url=ui.base_url, cookie=ui.cookie, pages=False)
     apps["unix"] = create_app(sup, auth, AppConfig(body_timeout_s=body_timeout), unix_ui)
     return sockets, apps, tcp_address, ui
+
+
+async def open_daemon(sup: Supervisor, token_file: Path) -> Auth:
+    """What the daemon does before its apps answer: start the supervisor (it re-adopts what
+    a previous run left), start filling the default policy's warm pool, and load the admin
+    token (made on the first start) and the open sessions' tokens (their digests)."""
+    await sup.start()
+    # The default policy's first start is warm too (its pool fills in the background).
+    sup.prewarm_shared()
+    auth = Auth(token_file)
+    for session in sup.sessions():
+        for digest in session.token_digests:
+            auth.restore(session.session_id, digest)
+    return auth
 
 
 async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = None) -> int:
@@ -261,13 +284,7 @@ async def run_daemon(settings: DaemonSettings, *, ready: asyncio.Event | None = 
         event_retention=settings.event_retention,
         engine_timeout_s=settings.engine_timeout_s,
     )
-    await sup.start()
-    # The default policy's first start is warm too (its pool fills in the background).
-    sup.prewarm_shared()
-    auth = Auth(settings.token_file)
-    for session in sup.sessions():
-        for digest in session.token_digests:
-            auth.restore(session.session_id, digest)
+    auth = await open_daemon(sup, settings.token_file)
     assets = await asyncio.to_thread(load_assets) if settings.ui else {}
     sockets, apps, tcp_address, ui = _apps(settings, sup, auth, assets)
     cap = connection_cap(settings.max_connections, MAX_CONNECTIONS, len(sockets), nofile)

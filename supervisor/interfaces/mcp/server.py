@@ -15,6 +15,7 @@ import secrets
 import signal
 import threading
 import warnings
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -329,6 +330,19 @@ async def serve(options: McpOptions) -> int:
     except SupervisorError as exc:
         warn(f"no daemon: {exc}")
         return 1
+    return await serve_session(client, options, MCPServer.run_stdio_async)
+
+
+async def serve_session(
+    client: SandvisorClient,
+    options: McpOptions,
+    run: Callable[[MCPServer], Awaitable[None]],
+    *,
+    on_signals: bool = True,
+) -> int:
+    """One MCP connection's session on the daemon ``client`` reaches: open it, serve the
+    tools with ``run`` (stdio: until the client goes away) while following its events, then
+    end it. ``on_signals``: SIGTERM, SIGINT and SIGHUP end it too (the process's handlers)."""
     session_id = f"{options.session_prefix}-{secrets.token_hex(6)}"
     try:
         workspace, note = await _open_session(client, session_id, options)
@@ -353,8 +367,9 @@ async def serve(options: McpOptions) -> int:
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(bridge.follow_events)
-            tg.start_soon(_on_signals, bridge, tg.cancel_scope)
-            await server.run_stdio_async()
+            if on_signals:
+                tg.start_soon(_on_signals, bridge, tg.cancel_scope)
+            await run(server)
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(END_TIMEOUT_S):
