@@ -61,8 +61,8 @@ check: ## lint + types + all tests, without set-up
 test: venv engine images browser ## everything, with its set-up: lint, types, unit, integration, e2e, browser, adversarial
 	$(MAKE) --no-print-directory check
 
-unit: venv ## fast tests, no engine: pure logic, and the runtime on the fake engine
-	$(BIN)/pytest tests/unit tests/component $(PYTEST_ARGS)
+unit: venv ## fast tests, no engine: pure logic, and the runtime on the fake engine (not the slow API fuzzer: `make test` runs it)
+	$(BIN)/pytest tests/unit tests/component -m "not slow" $(PYTEST_ARGS)
 
 integration: venv engine images ## tests against the real engine
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
