@@ -121,19 +121,15 @@ class Endpoint:
     ) -> Response:
         """Send one request and read the whole answer. DaemonNotRunning when nothing
         accepts the connection; DaemonError when it fails after that."""
-        target = self.prefix + path
-        if params:
-            target += "?" + urlencode(params)
-        body = b"" if json_body is None else json.dumps(json_body).encode()
+        target, sent, body = request_parts(method, path, params, json_body, headers)
         lines = [
-            f"{method} {target} HTTP/1.1",
+            f"{method} {self.prefix}{target} HTTP/1.1",
             f"Host: {self.host_header}",
             "Connection: close",
-            "Accept: application/json",
-            *(f"{k}: {v}" for k, v in (headers or {}).items()),
+            *(f"{k}: {v}" for k, v in sent.items()),
         ]
-        if json_body is not None or method in ("POST", "PUT", "PATCH"):
-            lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+        if "Content-Type" in sent:
+            lines.append(f"Content-Length: {len(body)}")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         try:
             async with asyncio.timeout(connect_timeout_s):
@@ -151,6 +147,24 @@ class Endpoint:
             raise DaemonError(f"lost the connection to the daemon ({self}): {why}") from exc
         finally:
             await _close(writer)
+
+
+def request_parts(
+    method: str,
+    path: str,
+    params: dict[str, Any] | None,
+    json_body: Any,
+    headers: dict[str, str] | None,
+) -> tuple[str, dict[str, str], bytes]:
+    """What every request to the daemon carries: the path with its query (as ``urlencode``
+    writes it), the headers (Accept, the caller's, Content-Type when there is a body or the
+    method has one) and the JSON body."""
+    target = path + ("?" + urlencode(params) if params else "")
+    body = b"" if json_body is None else json.dumps(json_body).encode()
+    sent = {"Accept": "application/json", **(headers or {})}
+    if json_body is not None or method in ("POST", "PUT", "PATCH"):
+        sent["Content-Type"] = "application/json"
+    return target, sent, body
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:

@@ -23,7 +23,6 @@ a loopback port.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -31,7 +30,6 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import httpx
 import uvicorn
@@ -54,8 +52,8 @@ from supervisor.interfaces.client import SandvisorClient
 from supervisor.interfaces.daemon.app import AppConfig, create_app
 from supervisor.interfaces.daemon.auth import Auth
 from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S
-from supervisor.interfaces.daemon.serve import _bind_tcp, open_daemon, tcp_config
-from supervisor.interfaces.http import Response
+from supervisor.interfaces.daemon.serve import bind_tcp, open_daemon, tcp_config
+from supervisor.interfaces.http import Response, request_parts
 from supervisor.interfaces.http_errors import DaemonError
 from supervisor.runtime.supervisor import Supervisor
 
@@ -154,11 +152,8 @@ class AsgiEndpoint:
         connect_timeout_s: float,
         read_timeout_s: float,
     ) -> Response:
-        target = path + ("?" + urlencode(params) if params else "")
-        body = b"" if json_body is None else json.dumps(json_body).encode()
-        sent = {"Host": "sandvisor", "Accept": "application/json", **(headers or {})}
-        if json_body is not None or method in ("POST", "PUT", "PATCH"):
-            sent["Content-Type"] = "application/json"
+        target, sent, body = request_parts(method, path, params, json_body, headers)
+        sent = {"Host": "sandvisor", **sent}
         transport = httpx.ASGITransport(app=self._app)
         async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
             try:
@@ -247,7 +242,7 @@ def listening_daemon(state_dir: Path, policies_dir: Path, **kw: Any) -> Iterator
     """:func:`in_process_daemon` (same arguments but ``config``) on a loop in a thread of its
     own, its app (``serve.tcp_config``'s: the Host/Origin allowlist of its port) listening
     on a free loopback port."""
-    sock = _bind_tcp("127.0.0.1:0")  # the daemon's own listener socket
+    sock = bind_tcp("127.0.0.1:0")  # the daemon's own listener socket
     port = sock.getsockname()[1]
     config = tcp_config(port, [], BODY_TIMEOUT_S)
     with (

@@ -17,7 +17,7 @@ from supervisor.interfaces.daemon.bodies import AckBody, InputBody, StartTask, c
 from supervisor.interfaces.daemon.connections import connection_cap, raw_response
 from supervisor.interfaces.daemon.errors import error_body, status_of
 from supervisor.interfaces.daemon.limits import MAX_INPUT_BYTES
-from supervisor.interfaces.daemon.serve import _bind_tcp
+from supervisor.interfaces.daemon.serve import bind_tcp
 from supervisor.interfaces.http_errors import (
     InputTooLarge,
     MethodNotAllowed,
@@ -158,7 +158,7 @@ async def test_tcp_connections_send_at_once() -> None:
     """The loopback listener's connections have TCP_NODELAY: asyncio sets it only on sockets
     made with IPPROTO_TCP, and without it every answer on a kept-alive connection waited
     ~40 ms for the client's delayed ACK (the API fuzzer took 70 s instead of about 20)."""
-    listener = _bind_tcp("127.0.0.1:0")
+    listener = bind_tcp("127.0.0.1:0")
     accepted: list[asyncio.StreamWriter] = []
     server = await asyncio.start_server(lambda _, w: accepted.append(w), sock=listener)
     async with server:

@@ -142,12 +142,12 @@ def _bind_ui_default() -> socket.socket:
     """The dashboard's listener when none was named: its usual port, else any free one (a
     second daemon on the machine still gets a dashboard)."""
     try:
-        return _bind_tcp(f"127.0.0.1:{UI_PORT}")
+        return bind_tcp(f"127.0.0.1:{UI_PORT}")
     except OSError:
-        return _bind_tcp("127.0.0.1:0")
+        return bind_tcp("127.0.0.1:0")
 
 
-def _bind_tcp(listen: str) -> socket.socket:
+def bind_tcp(listen: str) -> socket.socket:
     host, _, port = listen.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     if host not in ("127.0.0.1", "::1", "localhost"):
@@ -234,7 +234,7 @@ def _apps(
     apps: dict[str, FastAPI] = {}
     tcp: socket.socket | None = None
     if settings.listen:
-        tcp = _bind_tcp(settings.listen)
+        tcp = bind_tcp(settings.listen)
     elif settings.ui:
         tcp = _bind_ui_default()
     if tcp is not None:
