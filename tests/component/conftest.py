@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from supervisor import BaseEvent, MemorySink, Session, Supervisor
+from supervisor.engine.deadlines import Deadlines, deadlines_for
 from supervisor.engine.fake import FakeContainer, FakeEngine, LoopClock
 from tests.component.daemon_app import InProcessDaemon, in_process_daemon
 from tests.conftest import POLICIES
@@ -123,6 +126,24 @@ async def engine() -> AsyncIterator[FakeEngine]:
     # scripts wait on events the tests set, never on the clock.
     async with FakeEngine(clock=LoopClock()) as fake:
         yield fake
+
+
+@asynccontextmanager
+async def bounded_supervisor(
+    engine: FakeEngine, state_dir: Path, policies_dir: Path, deadline_s: float, **options: Any
+) -> AsyncIterator[Supervisor]:
+    """A started Supervisor on ``engine`` with every engine call bounded at ``deadline_s``."""
+    sup = Supervisor(
+        state_dir=state_dir,
+        policies_dir=policies_dir,
+        backend=Deadlines(engine.backend(), deadlines_for(deadline_s)),
+        **options,
+    )
+    await sup.start()
+    try:
+        yield sup
+    finally:
+        await sup.aclose()
 
 
 @pytest.fixture

@@ -15,9 +15,8 @@ import pytest
 
 from supervisor import MemorySink, Session, Supervisor
 from supervisor.core.errors import EngineUnavailable, EngineUnresponsive
-from supervisor.engine.deadlines import Deadlines, deadlines_for
 from supervisor.engine.fake import Exit, FakeEngine, Out, Script, WaitFor
-from tests.component.conftest import container, of_task, stored_events
+from tests.component.conftest import bounded_supervisor, container, of_task, stored_events
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 
@@ -31,16 +30,8 @@ SLACK = 1.0
 async def bounded(
     engine: FakeEngine, tmp_path: Path, fake_policies: Path
 ) -> AsyncIterator[Supervisor]:
-    sup = Supervisor(
-        state_dir=tmp_path / "state",
-        policies_dir=fake_policies,
-        backend=Deadlines(engine.backend(), deadlines_for(DEADLINE)),
-    )
-    await sup.start()
-    try:
+    async with bounded_supervisor(engine, tmp_path / "state", fake_policies, DEADLINE) as sup:
         yield sup
-    finally:
-        await sup.aclose()
 
 
 @pytest.fixture

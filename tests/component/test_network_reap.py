@@ -16,10 +16,9 @@ import pytest
 
 from supervisor import Session, Supervisor
 from supervisor.core.labels import LABEL_OWNER, LABEL_SESSION, container_labels
-from supervisor.engine.deadlines import Deadlines, deadlines_for
 from supervisor.engine.fake import Exit, FakeEngine, Out, Script, UntilKilled
 from supervisor.runtime.ownership import LOCK_NAME, owner_labels
-from tests.component.conftest import Runtime, container
+from tests.component.conftest import Runtime, bounded_supervisor, container
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 
@@ -63,17 +62,10 @@ def net_policies(fake_policies: Path) -> Path:
 async def bounded(
     engine: FakeEngine, tmp_path: Path, net_policies: Path
 ) -> AsyncIterator[Supervisor]:
-    sup = Supervisor(
-        state_dir=tmp_path / "state",
-        policies_dir=net_policies,
-        backend=Deadlines(engine.backend(), deadlines_for(DEADLINE)),
-        end_timeout_s=END_TIMEOUT,
-    )
-    await sup.start()
-    try:
+    async with bounded_supervisor(
+        engine, tmp_path / "state", net_policies, DEADLINE, end_timeout_s=END_TIMEOUT
+    ) as sup:
         yield sup
-    finally:
-        await sup.aclose()
 
 
 @contextlib.asynccontextmanager
