@@ -19,7 +19,6 @@ on their own, quickly.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from supervisor.tooling.engine_owner import alive, cmdline, is_dockerd
 
 PERIOD_S = 10.0
 #: The watchdog interrupts the main thread with this (pytest-timeout uses SIGALRM).
@@ -126,9 +127,8 @@ def goroutine_dump(wait_s: float = 10.0) -> Path | None:
             pid = int(pidfile.read_text().strip())
         except (OSError, ValueError):
             continue
-        with contextlib.suppress(OSError):
-            if b"dockerd" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                break
+        if alive(pid) and is_dockerd(cmdline(pid)):  # the rule engine.sh and doctor use
+            break
         pid = None
     if pid is None:
         return None
