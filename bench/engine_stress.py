@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import docker
-import requests
 
 from supervisor import MemorySink, Supervisor, SupervisorError, TaskNotRunning, TaskSpec
+from tests.engine_watchdog import EngineWatchdog
 from tests.private_engine import EngineConfig, PrivateEngine
 
 FAST_POLICY = """
@@ -123,22 +123,6 @@ async def worker(docker_host: str, state_dir: Path, seconds: float, seed: int) -
     return {**counts, "errors": errors}
 
 
-def probe(docker_host: str, timeout_s: float) -> float | None:
-    """Seconds ``/info`` took (``timeout_s`` when it did not answer in time); None: down."""
-    started = time.monotonic()
-    try:
-        client = docker.APIClient(base_url=docker_host, version="1.41", timeout=timeout_s)
-        try:
-            client.info()
-        finally:
-            client.close()
-    except requests.exceptions.ReadTimeout:
-        return timeout_s
-    except (docker.errors.DockerException, requests.exceptions.RequestException):
-        return None
-    return time.monotonic() - started
-
-
 def engine_version(docker_host: str) -> str:
     client = docker.APIClient(base_url=docker_host, version="1.41", timeout=30)
     try:
@@ -173,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         engine.start()
         engine.load_images()
         version = engine_version(engine.docker_host)
+        # The suite's watchdog probe: an /info slower than --wedge-s is a wedge.
+        watchdog = EngineWatchdog(args.wedge_s, docker_host=engine.docker_host)
         seconds = args.minutes * 60
         for i in range(args.workers):
             procs.append(
@@ -192,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         end = time.monotonic() + seconds
         while time.monotonic() < end and any(p.poll() is None for p in procs):
-            took = probe(engine.docker_host, args.wedge_s)
+            took = watchdog.probe()
             if took is not None and took >= args.wedge_s:
                 dump = None
                 if engine.pid is not None:
@@ -212,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 engine.kill()
                 engine.start()
             time.sleep(2)
+        watchdog.stop()  # closes its client (its thread never ran)
         results = []
         for p in procs:
             out, _ = p.communicate(timeout=seconds + 600)

@@ -52,7 +52,12 @@ DUMP_DIRS = (Path("/var/run/docker"), Path("/var/lib/docker"))
 class EngineWatchdog:
     """Probes the engine from a thread; ``wedged`` holds what it saw once it gives up."""
 
-    def __init__(self, wedge_s: float = WEDGE_S, period_s: float = PERIOD_S) -> None:
+    def __init__(
+        self, wedge_s: float = WEDGE_S, period_s: float = PERIOD_S, docker_host: str | None = None
+    ) -> None:
+        self.docker_host = docker_host or os.environ.get(
+            "DOCKER_HOST", "unix:///var/run/docker.sock"
+        )
         self.wedge_s = wedge_s
         self.period_s = period_s
         self.wedged: str | None = None
@@ -81,7 +86,7 @@ class EngineWatchdog:
                 # The API version is asked once, while the engine answers: a wedged engine
                 # would block the question itself.
                 self._client = docker.APIClient(
-                    base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
+                    base_url=self.docker_host,
                     version="auto",
                     timeout=self.wedge_s,
                 )
