@@ -43,7 +43,10 @@ class AttachedStream(Protocol):
 
 
 class Backend(Protocol):
-    """A container engine. Implementations translate their errors into SupervisorError."""
+    """A container engine. Implementations translate their errors into SupervisorError: the
+    engine away (refused, reset, a broken pipe, a socket timeout, an answer cut short) is
+    always EngineUnavailable, never a raw OSError, so callers ride outages out by that one
+    type (their transports, ``engine/docker/http.py`` and the Swarm manager's, do it)."""
 
     name: str
     local: bool

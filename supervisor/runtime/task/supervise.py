@@ -95,16 +95,16 @@ class Supervision:
         while True:
             try:
                 return await self.backend.wait(cid)
-            except (EngineUnavailable, OSError) as exc:
-                # Engine away: refused, reset, timed out, or a raw socket error a backend
-                # let through. The task runs on (live-restore); wait again until it answers.
+            except EngineUnavailable as exc:
+                # Engine away: refused, reset, timed out (each backend's transport says so
+                # with this one type). The task runs on (live-restore); wait again.
                 if not self.engine_outage:
                     self.log.warning("engine_unavailable_while_waiting", error=str(exc))
                 self.engine_outage = True
             except EngineError as exc:
                 try:
                     state = await self.backend.inspect(cid)
-                except (EngineUnavailable, OSError) as again:
+                except EngineUnavailable as again:
                     # The engine went away between the two calls: not a vanished container.
                     self.log.info("inspect_after_wait_failed", error=str(again))
                     self.engine_outage = True
@@ -159,7 +159,7 @@ class Supervision:
         while not self.exited.is_set():
             try:
                 return await self.backend.inspect(cid)
-            except (EngineUnavailable, OSError):
+            except EngineUnavailable:
                 self.engine_outage = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
