@@ -83,7 +83,11 @@ def test_screenshots_for_the_readme(ui: Ui, page: Page) -> None:
     page.set_viewport_size({"width": 1440, "height": 760})
     expect(page.locator("#transcript .line").last).to_contain_text("watch mode")
     expect(page.locator("#transcript .fg2").first).to_have_text("ok")  # green, from SGR 32
-    expect(page.locator("#events li[data-type='task.poll']").first).to_be_visible()
+    poll = page.locator("#events li[data-type='task.poll']").first
+    expect(poll).to_be_visible()
+    # The panel shows what the agent was handed: rendered text, no escape sequences.
+    expect(poll).to_contain_text("test_api ... ok (37 ms)")
+    expect(poll.locator("pre.xml")).not_to_contain_text("\\x1b[")
     page.screenshot(path=str(docs_dir() / "dashboard-task.png"))
     with ui.api() as client:
         for sid in (a, c):
