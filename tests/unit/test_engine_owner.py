@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from supervisor.tooling.engine_owner import identify, socket_path, started_pid
+from supervisor.tooling.engine_owner import cmdline, identify, socket_path, started_pid
 from tests.conftest import REPO
 from tests.fake_dockerd import FakeDockerd, wait_for
 
@@ -33,6 +34,11 @@ def spawn() -> Iterator[Callable[..., int]]:
     def start(*argv: str) -> int:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
         procs.append(proc)
+        # Until the new program shows its command line (under load, a read right after
+        # the fork can find it empty).
+        deadline = time.monotonic() + 10
+        while not cmdline(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return proc.pid
 
     yield start
