@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from supervisor.core.models import StopReason, TaskStatus
 
-_KILLED_REASONS = frozenset({"timeout", "idle_timeout", "user_stopped", "session_ended"})
-StopRequest = Literal["timeout", "idle_timeout", "user_stopped", "session_ended"]
+StopRequest = Literal["timeout", "idle_timeout", "user_stopped", "session_ended", "workspace_full"]
+_KILLED_REASONS: frozenset[str] = frozenset(get_args(StopRequest))
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ StopReason = Literal[
     "idle_timeout",
     "user_stopped",
     "session_ended",
+    "workspace_full",
     "oom_killed",
     "lost",
 ]

@@ -166,6 +166,12 @@ class Session(_Model):
 
     max_running_tasks: Annotated[int, Field(ge=1, le=10_000)] = 64
     """Running tasks of this policy one session may have at once."""
+    workspace_max_mb: Annotated[int, Field(ge=1, le=1_048_576)] = 4096
+    """Most the session's workspace layer (an overlay's changes, on the host disk) may hold
+    while a task of this policy runs: past it the task is stopped (``workspace_full``) and
+    new ones are refused until the changes are applied or discarded."""
+    workspace_max_files: Annotated[int, Field(ge=16, le=100_000_000)] = 200_000
+    """Most entries (files, directories, links: host inodes) the layer may hold, likewise."""
 
 
 class Logs(_Model):

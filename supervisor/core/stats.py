@@ -40,6 +40,7 @@ END_REASONS: tuple[str, ...] = (
     "idle_timeout",
     "user_stopped",
     "session_ended",
+    "workspace_full",
     "oom_killed",
     "lost",
     FAILED,

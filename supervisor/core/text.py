@@ -100,6 +100,8 @@ REASON_TEXT: dict[str, str] = {
     "idle_timeout": "it printed nothing for too long (idle timeout)",
     "user_stopped": "stopped by request",
     "session_ended": "the session ended",
+    "workspace_full": "its workspace's changes went past the session's cap "
+    "(session.workspace_max_mb / workspace_max_files); apply or discard them",
     "oom_killed": "killed for running out of memory",
     "lost": "its container was lost",
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from supervisor.core.errors import PolicyError, SupervisorError
+from supervisor.core.errors import LimitExceeded, PolicyError, SupervisorError
 
 #: How many paths a workspace error names before it says "and N more".
 _SHOWN_PATHS = 20
@@ -17,6 +17,13 @@ def _name_paths(paths: Sequence[str]) -> str:
     shown = ", ".join(repr(p) for p in paths[:_SHOWN_PATHS])
     more = len(paths) - _SHOWN_PATHS
     return shown + (f" and {more} more" if more > 0 else "")
+
+
+class WorkspaceFull(LimitExceeded):
+    """The session's workspace layer holds more than the task's policy allows
+    (``session.workspace_max_mb`` / ``workspace_max_files``); apply or discard first."""
+
+    code = "workspace_full"
 
 
 class WorkspaceBusy(SupervisorError):

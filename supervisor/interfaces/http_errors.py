@@ -179,6 +179,7 @@ STATUS: Mapping[type[SupervisorError], int] = {
     core.InputNotRead: 409,
     problems.InvalidRequest: 422,
     workspace_errors.WorkspaceBusy: 409,
+    workspace_errors.WorkspaceFull: 507,
     workspace_errors.NoWorkspace: 404,
     workspace_errors.WorkspaceError: 409,
     workspace_errors.WorkspaceConflict: 409,

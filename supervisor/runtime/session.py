@@ -43,6 +43,7 @@ from supervisor.runtime.session_workspace import WorkspaceReview
 from supervisor.runtime.task.ports import TaskPorts
 from supervisor.runtime.task.runner import TaskRunner
 from supervisor.runtime.workspace import Workspace
+from supervisor.runtime.workspace_cap import LayerCap
 from supervisor.state.eventlog import EventLog
 from supervisor.state.output import read_slice, read_tail
 from supervisor.state.sinks import Sink, SinkRunner
@@ -86,6 +87,12 @@ class Session(WorkspaceReview):
         self.token_digests: list[str] = []
         self.log = log.bind(session_id=session_id)
         self.dir = services.state_dir / "sessions" / session_id
+        #: Holds the overlay layer's size to the running tasks' policies.
+        self._cap = (
+            LayerCap(workspace, self._live.values, self.log)
+            if workspace is not None and workspace.plan.mode == "overlay"
+            else None
+        )
         self._init_review()
 
     # -- properties ------------------------------------------------------------------
@@ -150,6 +157,8 @@ class Session(WorkspaceReview):
                 raise spec_error(exc) from exc
         policy = self._svc.policies.get(spec.policy)
         eff = resolve(spec, policy)
+        if self._cap is not None:
+            await self._cap.check_start(policy)
         # Count and reserve with no await in between: parallel starts cannot all pass.
         limit = policy.session.max_running_tasks
         running = self.running_count() + self._reserved
@@ -197,6 +206,8 @@ class Session(WorkspaceReview):
         crash_point("pool_bound" if warm is not None else "intent")
         self._runners[task_id] = self._live[task_id] = runner
         self._spawn(runner.run(), task_id)
+        if self._cap is not None:
+            self._cap.task_started()
         return runner.info()
 
     def _spawn(self, work: Any, task_id: str) -> None:
@@ -300,6 +311,8 @@ class Session(WorkspaceReview):
             self._spawn(_remove_after_restore(runner), task_id)
         else:
             self._spawn(runner.resume(record.stage), task_id)
+            if self._cap is not None:
+                self._cap.task_started()
         return runner
 
     async def unique_task_id(self) -> str:
@@ -404,6 +417,8 @@ class Session(WorkspaceReview):
         await asyncio.shield(self._ending)
 
     async def _end(self) -> None:
+        if self._cap is not None:
+            self._cap.close()
         await self._svc.pools.close_scope(self.session_id)
         stopped, late = await stop_all(
             list(self._runners.values()), "session_ended", timeout_s=self._svc.end_timeout_s
@@ -425,6 +440,8 @@ class Session(WorkspaceReview):
     async def release(self) -> None:
         """Supervisor shutdown without stopping tasks: let go of containers, keep records
         (its own idle pool containers are removed: they are not tasks)."""
+        if self._cap is not None:
+            self._cap.close()
         await self._svc.pools.close_scope(self.session_id)
         self._tasks.cancel()
         await self._tasks.wait()

@@ -18,6 +18,7 @@ from supervisor.runtime.session_end import stop_all
 from supervisor.runtime.session_ports import SessionServices
 from supervisor.runtime.task.runner import TaskRunner
 from supervisor.runtime.workspace import Workspace
+from supervisor.runtime.workspace_cap import LayerCap
 from supervisor.state.workspace import ApplyResult, Change, UndoResult
 
 T = TypeVar("T")
@@ -30,6 +31,12 @@ class WorkspaceReview:
     workspace: Workspace | None
     _svc: SessionServices
     _runners: dict[str, TaskRunner]
+    _cap: LayerCap | None
+
+    def _layer_changed(self) -> None:
+        """Apply, undo and discard rewrite the layer: its last measure is stale."""
+        if self._cap is not None:
+            self._cap.forget()
 
     def _init_review(self) -> None:
         #: Set while starts may proceed; cleared while the workspace is offline.
@@ -107,6 +114,7 @@ class WorkspaceReview:
                 await self._quiesce(what, stop_tasks)
                 return await op()
             finally:
+                self._layer_changed()
                 self._ws_gate.set()
 
     async def _quiesce(self, what: str, stop_tasks: bool) -> None:

@@ -11,6 +11,7 @@ upper, so they run beside the tasks and see a snapshot of it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -30,6 +31,7 @@ from supervisor.core.workspace import (
 )
 from supervisor.engine.base import Backend
 from supervisor.runtime.workspace_git import RwRepositories
+from supervisor.state.workspace.usage import LayerUsage, layer_usage
 
 log = get_logger("supervisor.workspace")
 
@@ -319,6 +321,18 @@ class Workspace:
         )
         self._retake_manifest()
         return result
+
+    async def usage(
+        self, *, stop_bytes: int | None = None, stop_files: int | None = None
+    ) -> LayerUsage:
+        """What the upper takes on the host disk (``layer_usage``; overlay only, else
+        nothing), measured off the event loop."""
+        if self.plan.mode != "overlay":
+            return LayerUsage(0, 0)
+        found: LayerUsage = await self._run(
+            functools.partial(layer_usage, self.upper, stop_bytes=stop_bytes, stop_files=stop_files)
+        )
+        return found
 
     async def has_changes(self) -> bool:
         """Whether the upper holds anything at all (cheap: one directory read)."""

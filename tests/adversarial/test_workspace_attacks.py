@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from supervisor import StateStorageError
-from supervisor.core.workspace_errors import WorkspaceConflict, WorkspaceError
+from supervisor.core.workspace_errors import WorkspaceConflict, WorkspaceError, WorkspaceFull
 from tests.adversarial.harness import Arena
 from tests.integration.workspaces.support import OWNER, chown_tree, tree_hash
 from tests.unit.workspace_tools import File, Link, Spec, build, git_apply, snapshot
@@ -454,6 +454,57 @@ async def test_ws_filling_the_upper(small_state: Path, ws_arena: Arena) -> None:
     assert [c.path for c in await arena.session.workspace_changes()] == ["later.txt"]
     assert tree_hash(project) == pristine
     await arena.session.stop(beat.task_id)
+    await discard_and_finish(arena)
+
+
+#: The layer cap of the capped policy below, and what the filler writes at most.
+CAP_MB = 16
+FILL_MB = 512
+
+
+@pytest.fixture
+def capped_policy(policies_dir: Path, runtime: str) -> str:
+    """The runtime's shipped policy with a 16 MB workspace layer. Ask for it before
+    ``ws_arena`` (the supervisor reads its policies when it starts)."""
+    base = "default" if runtime == "runc" else "untrusted"
+    text = (policies_dir / f"{base}.toml").read_text()
+    text, n = re.subn(r"(?m)^workspace_max_mb = \d+", f"workspace_max_mb = {CAP_MB}", text)
+    assert n == 1
+    (policies_dir / f"adv-cap-{runtime}.toml").write_text(text)
+    return f"adv-cap-{runtime}"
+
+
+async def test_ws_a_layer_past_its_cap_stops_the_task(capped_policy: str, ws_arena: Arena) -> None:
+    arena = ws_arena
+    project = await open_project(arena, {"a.txt": "a\n"})
+    pristine = tree_hash(project)
+    assert arena.session.workspace is not None
+    upper = arena.session.workspace.upper
+    # 8 MB files, one after the other (each under the policy's fsize), until stopped.
+    filler = await arena.start(
+        f"i=0; while [ $i -lt {FILL_MB // 8} ]; do i=$((i+1)); "
+        "dd if=/dev/zero of=f$i bs=1M count=8 2>/dev/null; echo wrote$i; done; echo all-written",
+        policy=capped_policy,
+    )
+    r = await arena.wait(filler)
+    assert (r.info.status, r.info.reason) == ("killed", "workspace_full"), r.text
+    assert "all-written" not in r.text
+    wrote = max(int(m) for m in re.findall(r"wrote(\d+)\n", r.text))
+    held = sum(e.stat().st_blocks * 512 for e in os.scandir(upper) if e.is_file())
+    print(
+        f"\ncap: {CAP_MB} MB cap; the task wrote {wrote * 8} MB before it was killed, "
+        f"the layer holds {held >> 20} MB"
+    )
+    # Measured from outside every 0.25 s, killed at once: a task writing at disk speed
+    # gets a few looks' worth past the cap, never the whole of what it would write.
+    assert held <= 10 * CAP_MB << 20, "the cap did not bound the layer"
+    with pytest.raises(WorkspaceFull, match=r"session\.workspace_max_mb"):
+        await arena.start("echo refused", policy=capped_policy)
+    # The project is untouched, and after a discard the policy runs again.
+    assert tree_hash(project) == pristine
+    await arena.session.discard_changes()
+    again = await arena.run("echo ok", policy=capped_policy)
+    assert again.info.status == "completed" and again.text == "ok\n", again.text
     await discard_and_finish(arena)
 
 

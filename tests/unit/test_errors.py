@@ -294,6 +294,7 @@ STATUS_BY_CODE = {
     "workspace_busy": 409,
     "workspace_conflict": 409,
     "workspace_error": 409,
+    "workspace_full": 507,
     "workspace_moved": 409,
     "workspace_no_backup": 404,
     "workspace_outside_roots": 400,

@@ -392,6 +392,22 @@ BAD_VALUES: list[tuple[str, str, str, str, object, str]] = [
         "greater than or equal to 1",
     ),
     (
+        "Session",
+        "workspace_max_mb",
+        "[session]\nworkspace_max_mb = 0",
+        "session.workspace_max_mb",
+        0,
+        "greater than or equal to 1",
+    ),
+    (
+        "Session",
+        "workspace_max_files",
+        "[session]\nworkspace_max_files = 2000000000",
+        "session.workspace_max_files",
+        2000000000,
+        "less than or equal to 100000000",
+    ),
+    (
         "Logs",
         "max_size_mb",
         "[logs]\nmax_size_mb = 0",

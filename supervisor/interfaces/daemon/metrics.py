@@ -72,7 +72,8 @@ class SupervisorCollector:
             CounterMetricFamily(
                 "sandvisor_tasks_ended",
                 "Tasks that ended, by reason: task.stopped's reason (exit, timeout, "
-                "idle_timeout, user_stopped, session_ended, oom_killed, lost), or failed "
+                "idle_timeout, user_stopped, session_ended, workspace_full, oom_killed, lost), "
+                "or failed "
                 "for a task that never ran (task.failed).",
                 labels=["reason"],
             ),

@@ -37,6 +37,11 @@ log = get_logger("supervisor.task")
 SETTLE_S = 0.01
 
 
+#: Stop reasons that skip SIGTERM's grace period: the task is past a limit it must not
+#: go further over (the workspace layer's cap: a grace period is more writes).
+AT_ONCE: frozenset[StopRequest] = frozenset({"workspace_full"})
+
+
 class TaskRunner:
     """Drives one task. All public methods are safe to call concurrently with ``run``."""
 
@@ -275,7 +280,7 @@ class TaskRunner:
         self.log.info("stop_requested", reason=reason)
         self._background(self.persist())
         if self.state.lc.started:
-            self.stopper.begin()
+            self.stopper.begin(at_once=reason in AT_ONCE)
         return True
 
     async def finish_unstarted(self) -> None:

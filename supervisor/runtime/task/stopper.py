@@ -39,25 +39,27 @@ class Stopper:
         self._kill: asyncio.Task[None] | None = None
         self._reap: asyncio.Task[None] | None = None
 
-    def begin(self) -> None:
-        """Start the kill sequence (once)."""
+    def begin(self, *, at_once: bool = False) -> None:
+        """Start the kill sequence (once): SIGTERM and the grace period, or with
+        ``at_once`` straight to SIGKILL (a task that must not write one more byte)."""
         if self._kill is None:
-            self._kill = asyncio.create_task(self._sequence(), name="kill")
+            self._kill = asyncio.create_task(self._sequence(at_once), name="kill")
 
-    async def _sequence(self) -> None:
+    async def _sequence(self, at_once: bool) -> None:
         cid = self._cid()
         if cid is None:
             return
         await self.thawed.wait()  # a paused container cannot take signals on every runtime
-        try:
-            await self.backend.kill(cid, "SIGTERM")
-        except SupervisorError as exc:
-            self.log.info("sigterm_failed", error=str(exc))
-        try:
-            await asyncio.wait_for(self.exited.wait(), self.grace_s)
-            return
-        except TimeoutError:
-            pass
+        if not at_once:
+            try:
+                await self.backend.kill(cid, "SIGTERM")
+            except SupervisorError as exc:
+                self.log.info("sigterm_failed", error=str(exc))
+            try:
+                await asyncio.wait_for(self.exited.wait(), self.grace_s)
+                return
+            except TimeoutError:
+                pass
         while not self.exited.is_set():
             await self.thawed.wait()
             try:
