@@ -15,9 +15,9 @@ own; its start-up and shutdown are ``open_daemon`` and ``Supervisor.aclose``, wh
 :func:`in_process_daemon` runs around it, as ``run_daemon`` does.
 
 Async tests use :func:`in_process_daemon` (the ``daemon`` fixture of tests/component). Sync
-code that opens connections of its own (schemathesis) uses :func:`listening_daemon`: the
-same daemon on an event loop of its own in a thread, its TCP app served by plain uvicorn on
-a loopback port.
+code that opens connections of its own (schemathesis, Chromium) and streams that never end
+use :func:`listening_daemon`: the same daemon on an event loop of its own in a thread, its
+TCP app (with the dashboard, if asked) served by plain uvicorn on a loopback port.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +33,15 @@ from typing import Any
 
 import httpx
 import uvicorn
-from anyio.from_thread import start_blocking_portal
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 from fastapi import FastAPI
 
 from supervisor.core.container import ContainerRequest
 from supervisor.core.paths import admin_token_file
+from supervisor.engine.base import Backend
 from supervisor.engine.fake import (
     Exit,
+    FakeBackend,
     FakeEngine,
     LoopClock,
     Out,
@@ -49,10 +51,11 @@ from supervisor.engine.fake import (
     task_command,
 )
 from supervisor.interfaces.client import SandvisorClient
-from supervisor.interfaces.daemon.app import AppConfig, create_app
+from supervisor.interfaces.daemon.app import AppConfig, UiConfig, create_app
 from supervisor.interfaces.daemon.auth import Auth
 from supervisor.interfaces.daemon.limits import BODY_TIMEOUT_S
-from supervisor.interfaces.daemon.serve import bind_tcp, open_daemon, tcp_config
+from supervisor.interfaces.daemon.serve import bind_tcp, dashboard_config, open_daemon, tcp_config
+from supervisor.interfaces.daemon.ui_assets import load_assets
 from supervisor.interfaces.http import Response, request_parts
 from supervisor.interfaces.http_errors import DaemonError
 from supervisor.runtime.supervisor import Supervisor
@@ -172,17 +175,21 @@ async def in_process_daemon(
     engine: FakeEngine | None = None,
     workspace_roots: Sequence[Path] = (),
     config: AppConfig | None = None,
+    ui: UiConfig | None = None,
+    backend: Callable[[FakeBackend], Backend] | None = None,
 ) -> AsyncIterator[InProcessDaemon]:
     """A daemon as ``sandvisor serve --stop-tasks-on-exit`` starts one, minus the listeners:
     ``config`` is the listener's (default: the unix socket's; ``serve.tcp_config`` for the
-    loopback TCP one). Its own fake engine (real time) unless given one; either way its
-    containers run the commands :func:`shell_script` knows (rules a test adds come after)."""
+    loopback TCP one), ``ui`` its dashboard (``serve.dashboard_config``). Its own fake engine
+    (real time) unless given one; either way its containers run the commands
+    :func:`shell_script` knows (rules a test adds come after). ``backend`` wraps the fake's
+    backend (e.g. in ``Deadlines``)."""
     async with _engine(engine) as fake:
         script_shell(fake)
         sup = Supervisor(
             state_dir,
             policies_dir,
-            backend=fake.backend(),
+            backend=fake.backend() if backend is None else backend(fake.backend()),
             stop_tasks_on_close=True,
             require_engine=False,
             workspace_roots=workspace_roots,
@@ -190,7 +197,7 @@ async def in_process_daemon(
         try:
             auth = await open_daemon(sup, admin_token_file(state_dir))
             token = admin_token_file(state_dir).read_text().strip()
-            app = create_app(sup, auth, config or AppConfig())
+            app = create_app(sup, auth, config or AppConfig(), ui)
             yield InProcessDaemon(fake, sup, auth, app, state_dir, token)
         finally:
             await sup.aclose()
@@ -226,10 +233,19 @@ class ListeningDaemon:
     daemon: InProcessDaemon
     tcp: str
     """``127.0.0.1:PORT``."""
+    portal: BlockingPortal
+    """The daemon's event loop (:meth:`call` runs code there)."""
+    ui: UiConfig | None = None
+    """The dashboard, when asked for (``ui=True``)."""
 
     @property
     def token(self) -> str:
         return self.daemon.token
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on the daemon's loop (awaited when it is async): what touches the
+        fake engine from a sync test (``engine.wedge``, an event's ``set``) goes through it."""
+        return self.portal.call(fn, *args)
 
     def client(self, token: str | None = None) -> httpx.Client:
         """httpx over loopback TCP, authenticated as admin unless told otherwise."""
@@ -238,18 +254,22 @@ class ListeningDaemon:
 
 
 @contextmanager
-def listening_daemon(state_dir: Path, policies_dir: Path, **kw: Any) -> Iterator[ListeningDaemon]:
-    """:func:`in_process_daemon` (same arguments but ``config``) on a loop in a thread of its
-    own, its app (``serve.tcp_config``'s: the Host/Origin allowlist of its port) listening
-    on a free loopback port."""
+def listening_daemon(
+    state_dir: Path, policies_dir: Path, *, ui: bool = False, **kw: Any
+) -> Iterator[ListeningDaemon]:
+    """:func:`in_process_daemon` (same arguments but ``config`` and ``ui``) on a loop in a
+    thread of its own, its app (``serve.tcp_config``'s: the Host/Origin allowlist of its
+    port) listening on a free loopback port; with ``ui``, serving the dashboard there too,
+    as ``sandvisor serve --ui`` does."""
     sock = bind_tcp("127.0.0.1:0")  # the daemon's own listener socket
     port = sock.getsockname()[1]
     config = tcp_config(port, [], BODY_TIMEOUT_S)
+    dashboard = dashboard_config(config, "127.0.0.1", port, load_assets()) if ui else None
     with (
         sock,
         start_blocking_portal() as portal,
         portal.wrap_async_context_manager(
-            in_process_daemon(state_dir, policies_dir, config=config, **kw)
+            in_process_daemon(state_dir, policies_dir, config=config, ui=dashboard, **kw)
         ) as daemon,
     ):
         # No log_config: uvicorn's own would stop its records (an app's traceback) from
@@ -266,7 +286,7 @@ def listening_daemon(state_dir: Path, policies_dir: Path, **kw: Any) -> Iterator
                 assert not serving.done(), serving.result()
                 assert time.monotonic() < deadline, "uvicorn did not start within 30 s"
                 time.sleep(0.01)
-            yield ListeningDaemon(daemon, f"127.0.0.1:{port}")
+            yield ListeningDaemon(daemon, f"127.0.0.1:{port}", portal, dashboard)
         finally:
             server.should_exit = True
             serving.result(timeout=30)

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from supervisor.core.engine_versions import DEADLOCK_NOTE, deadlock_prone
 from supervisor.core.errors import EngineUnavailable, EngineUnresponsive
 from supervisor.engine.deadlines import KINDS, Deadlines, deadlines_for
 from supervisor.engine.fake import Exit, FakeEngine, Out, Script, WaitFor
 from supervisor.interfaces.http_errors import from_wire, status_of
 from supervisor.interfaces.mcp.texts import error_text
-from supervisor.tooling.doctor import DEADLOCK_NOTE, deadlock_prone
 from tests.unit.test_fake_engine import request
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]

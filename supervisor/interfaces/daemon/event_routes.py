@@ -15,6 +15,7 @@ from supervisor.core.problems import InvalidRequest
 from supervisor.core.render import render_json, render_xml
 from supervisor.interfaces.daemon.bodies import CONSUMER_PATTERN, AckBody
 from supervisor.interfaces.daemon.deps import INTEGER, NUMBER, SessionId, Who, session_of
+from supervisor.interfaces.daemon.engine_feed import ENGINE_EVERY_S, EngineFlag, EngineNews
 from supervisor.interfaces.daemon.limits import MAX_SEQ, MAX_WAIT_S
 from supervisor.interfaces.daemon.replies import (
     Acked,
@@ -131,20 +132,35 @@ def _notifications(batch: list[BaseEvent]) -> list[BaseEvent]:
 
 
 async def _sse(
-    session: Session, cursor: int, task_id: str | None, types: list[EventType] | None
+    session: Session,
+    cursor: int,
+    task_id: str | None,
+    types: list[EventType] | None,
+    engine: EngineNews | None,
 ) -> AsyncIterator[bytes]:
     log = session.event_log
     yield b": connected\n\n"
+    # With the engine's state on, an idle stream wakes every ENGINE_EVERY_S to look at it
+    # (reading past the last event costs nothing: it is in memory).
+    step = KEEP_ALIVE_S if engine is None else ENGINE_EVERY_S
+    quiet = 0.0
     while True:
+        if engine is not None and (news := engine.poll()) is not None:
+            yield news
         batch = await log.read_after(cursor, 500)
         if batch:
             cursor = batch[-1].seq
+            quiet = 0.0
             for ev in matching(batch, task_id, types):
                 yield sse_message(ev)
             continue
         if log.closed:
             return
-        if not await log.wait_beyond(cursor, KEEP_ALIVE_S):
+        if await log.wait_beyond(cursor, step):
+            continue
+        quiet += step
+        if quiet >= KEEP_ALIVE_S:
+            quiet = 0.0
             yield b": keep-alive\n\n"
 
 
@@ -198,14 +214,17 @@ def add_event_routes(api: FastAPI, sup: Supervisor) -> None:
         ] = None,
         task_id: TaskFilter = None,
         types: TypesFilter = None,
+        engine: EngineFlag = False,
     ) -> EventStreamResponse:
         """Server-sent events, ``id: <seq>``; reconnect with ``Last-Event-ID`` to resume
         (it wins over ``after``). ``task_id`` and ``types`` keep only the events that
-        match."""
+        match. ``engine=true`` adds ``engine.state`` (no ``id``; whatever ``types`` says):
+        the engine's state when the stream opens, then each change."""
         session = session_of(sup, session_id, who)
         cursor = last_event_id if last_event_id is not None else (after or 0)
+        news = EngineNews(sup, who) if engine else None
         return EventStreamResponse(
-            _sse(session, cursor, task_id, types),
+            _sse(session, cursor, task_id, types, news),
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 

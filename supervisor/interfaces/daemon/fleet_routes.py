@@ -15,6 +15,7 @@ from fastapi import FastAPI, Query
 from supervisor.core.models import Kind, TaskInfo
 from supervisor.interfaces.daemon.auth import Principal
 from supervisor.interfaces.daemon.deps import BOOLEAN, Who
+from supervisor.interfaces.daemon.engine_feed import EngineFlag, EngineNews
 from supervisor.interfaces.daemon.event_routes import (
     KEEP_ALIVE_S,
     EventStreamResponse,
@@ -49,10 +50,17 @@ def visible(sup: Supervisor, who: Principal) -> list[Session]:
 class _Merged:
     """One follower per visible session, each feeding a shared bounded queue."""
 
-    def __init__(self, sup: Supervisor, who: Principal, types: list[EventType] | None) -> None:
+    def __init__(
+        self,
+        sup: Supervisor,
+        who: Principal,
+        types: list[EventType] | None,
+        engine: EngineNews | None = None,
+    ) -> None:
         self.sup = sup
         self.who = who
         self.types = types
+        self.engine = engine
         # Messages ready to send: the sessions' events, and tasks just created.
         self.queue: asyncio.Queue[bytes] = asyncio.Queue(_QUEUE)
         self.followers: dict[str, asyncio.Task[None]] = {}
@@ -104,6 +112,9 @@ class _Merged:
         unsubscribe = feed_of(self.sup).subscribe(self.created)
         try:
             while True:
+                # Looked at on each turn: at least every RESCAN_S, when the queue is idle.
+                if self.engine is not None and (news := self.engine.poll()) is not None:
+                    yield news
                 self.scan()
                 try:
                     ev = await asyncio.wait_for(self.queue.get(), RESCAN_S)
@@ -147,15 +158,20 @@ def add_fleet_routes(api: FastAPI, sup: Supervisor) -> None:
         response_class=EventStreamResponse,
         responses=_SSE_DOC,
     )
-    async def merged_stream(who: Who, types: TypesFilter = None) -> EventStreamResponse:
+    async def merged_stream(
+        who: Who, types: TypesFilter = None, engine: EngineFlag = False
+    ) -> EventStreamResponse:
         """Server-sent events of every open session the caller may see, merged, from now on
         (sessions opened later included), and ``task.created`` (data: the TaskInfo, no
         ``id``) for each task started through the API, as soon as it is. There is no
         resume: seqs are per session, so after a reconnect read the current state again
         (``GET /tasks``). ``types`` keeps
         only events of those types (e.g. a task table needs only ``task.started``,
-        ``task.stalled``, ``task.stopped`` and ``task.failed``)."""
+        ``task.stalled``, ``task.stopped`` and ``task.failed``). ``engine=true`` adds
+        ``engine.state`` (no ``id``; whatever ``types`` says): the engine's state when the
+        stream opens, then each change (the dashboard's banner)."""
+        news = EngineNews(sup, who) if engine else None
         return EventStreamResponse(
-            _Merged(sup, who, types).stream(),
+            _Merged(sup, who, types, news).stream(),
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )

@@ -74,6 +74,23 @@ class EngineHealth(BaseModel):
     """Why it is not up (absent when it is)."""
 
 
+class EngineStatus(_Reply):
+    """The data of ``engine.state`` on the event streams asked with ``engine=true`` (what the
+    dashboard's banner shows): sent when the stream opens and again on each change."""
+
+    state: Literal["up", "wedged", "down"]
+    """As in ``/healthz``: ``wedged``, it takes connections but its operations do not
+    complete in time (starts are refused with ``engine_unresponsive``); ``down``, it does not
+    answer (``engine_unavailable``)."""
+    detail: str | None = None
+    """Why it is not up (None when it is)."""
+    version: str | None = None
+    """The engine's version as last seen (the admin only, as in ``/healthz``)."""
+    warning: str | None = None
+    """For an engine with known deadlocks (Docker 20.10 or older): what doctor says about
+    them (the admin only)."""
+
+
 class PoolHealth(_Reply):
     """The warm pools: containers started ahead, each waiting for one task's command."""
 

@@ -220,6 +220,17 @@ def tcp_config(port: int, allow_hosts: Iterable[str], body_timeout_s: float) -> 
     )
 
 
+def dashboard_config(config: AppConfig, host: str, port: int, assets: dict[str, Any]) -> UiConfig:
+    """The dashboard on the TCP listener ``host:port`` whose app ``config`` is (made to take
+    the dashboard's cookie, its login page and its error pages)."""
+    base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    ui = UiConfig(base_url=base, cookie=cookie_name(port), assets=assets)
+    config.ui_cookie = ui.cookie
+    config.public_paths = config.public_paths | {LOGIN_PATH}
+    config.error_page = ui_error_page
+    return ui
+
+
 def _apps(
     settings: DaemonSettings, sup: Supervisor, auth: Auth, ui_assets: dict[str, Any]
 ) -> tuple[list[tuple[str, socket.socket]], dict[str, FastAPI], str | None, UiConfig | None]:
@@ -242,11 +253,7 @@ def _apps(
         tcp_address = f"{host}:{port}"
         config = tcp_config(port, settings.allow_hosts, body_timeout)
         if settings.ui:
-            base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-            ui = UiConfig(base_url=base, cookie=cookie_name(port), assets=ui_assets)
-            config.ui_cookie = ui.cookie
-            config.public_paths = config.public_paths | {LOGIN_PATH}
-            config.error_page = ui_error_page
+            ui = dashboard_config(config, host, port, ui_assets)
         apps["tcp"] = create_app(sup, auth, config, ui)
         sockets.append(("tcp", tcp))
     unix_ui = None if ui is None else UiConfig(base_url=ui.base_url, cookie=ui.cookie, pages=False)

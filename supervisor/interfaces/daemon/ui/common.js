@@ -13,6 +13,34 @@ export class ApiError extends Error {
   }
 }
 
+/** The banner's first line while the engine is not up (the codes a start fails with). */
+const ENGINE_HEADLINES = {
+  wedged: "Docker engine wedged: starts are refused with engine_unresponsive until it answers",
+  down: "Docker engine down: starts fail with engine_unavailable until it answers again",
+};
+
+/**
+ * The engine banner at the top of the page, from an ``engine.state`` event of the page's
+ * stream: hidden while the engine is up; else what starts meet, the version (the admin's
+ * login only) and why, and the note on a version with known deadlocks. Text nodes only.
+ */
+function showEngine(status) {
+  const box = document.getElementById("engine-banner");
+  if (!box) return;
+  const up = status.state === "up";
+  box.hidden = up;
+  box.dataset.state = status.state;
+  if (up) {
+    box.replaceChildren();
+    return;
+  }
+  const why = [status.version ? `Docker ${status.version}` : null, status.detail].filter(Boolean).join(": ");
+  const parts = [el("strong", {}, ENGINE_HEADLINES[status.state] || `Docker engine ${status.state}`)];
+  if (why) parts.push(el("div", { class: "engine-why" }, why));
+  if (status.warning) parts.push(el("div", { class: "engine-warning" }, `This engine version: ${status.warning}`));
+  box.replaceChildren(...parts);
+}
+
 /** Shows a line at the top of the page (a lost login, a failed request). */
 export function notice(text, kind = "error") {
   const box = document.getElementById("notice");
@@ -56,11 +84,14 @@ function csrfToken() {
   }
 }
 
+function withQuery(url, name, value) {
+  return `${url}${url.includes("?") ? "&" : "?"}${name}=${encodeURIComponent(value)}`;
+}
+
 /** ``url`` with the login's CSRF token as a query parameter (for EventSource and links). */
 export function withToken(url) {
   const token = csrfToken();
-  if (!token) return url;
-  return `${url}${url.includes("?") ? "&" : "?"}sandvisor_csrf=${encodeURIComponent(token)}`;
+  return token ? withQuery(url, "sandvisor_csrf", token) : url;
 }
 
 function forgetCsrf() {
@@ -219,7 +250,8 @@ export function statusClass(task) {
  * An EventSource that exists only while the tab is visible: browsers allow six connections
  * per host, and a hidden tab should not hold one. ``url()`` is asked at each (re)connect, so
  * a page can resume from its own cursor; ``onopen`` runs after each connect (a page without
- * a cursor reads its state again there).
+ * a cursor reads its state again there). Every stream also carries the engine's state
+ * (``engine=true``: at each connect, then each change), which feeds the engine banner.
  */
 export class LiveStream {
   constructor(url, { onevent, onopen, types = [] }) {
@@ -247,7 +279,7 @@ export class LiveStream {
   }
 
   connect() {
-    const source = new EventSource(withToken(this.url()));
+    const source = new EventSource(withToken(withQuery(this.url(), "engine", "true")));
     this.source = source;
     source.onopen = () => {
       setState("live");
@@ -271,6 +303,13 @@ export class LiveStream {
       this.onevent(event, Number(message.lastEventId), message.type);
     };
     for (const type of this.types) source.addEventListener(type, handler);
+    source.addEventListener("engine.state", (message) => {
+      try {
+        showEngine(JSON.parse(message.data));
+      } catch {
+        // not JSON: keep the banner as it was
+      }
+    });
   }
 
   disconnect() {
