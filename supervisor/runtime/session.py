@@ -422,12 +422,22 @@ class Session(WorkspaceReview):
         self.log.info("session_ended", tasks_stopped=stopped)
         await self._svc.on_ended(self.session_id)
 
+    @property
+    def settled(self) -> bool:
+        """Whether none of its work runs any more: no task's runner, and no kill or removal
+        kept trying in the background (after an end that met the engine away)."""
+        return not self._tasks.busy and not any(r.stopper.busy for r in self._runners.values())
+
     async def release(self) -> None:
         """Supervisor shutdown without stopping tasks: let go of containers, keep records
-        (its own idle pool containers are removed: they are not tasks)."""
+        (its own idle pool containers are removed: they are not tasks). An ended session
+        drops the removals it kept trying: the next supervisor's first round reaps those
+        containers by their labels."""
         await self._svc.pools.close_scope(self.session_id)
         self._tasks.cancel()
         await self._tasks.wait()
+        for runner in self._runners.values():
+            runner.stopper.cancel()
         await self._log.aclose(sink_timeout=2.0)
 
 

@@ -101,6 +101,11 @@ class Stopper:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a kill sequence or a removal kept trying in the background still runs."""
+        return any(t is not None and not t.done() for t in (self._kill, self._reap))
+
     def cancel(self) -> None:
         """Drop the background work (the supervisor shuts down; the container is kept)."""
         for task in (self._kill, self._reap):
