@@ -128,9 +128,14 @@ class Session(WorkspaceReview):
         return len(self._live)
 
     def owns(self, task_id: str) -> bool:
-        """Whether a container labeled with ``task_id`` belongs to this session (a task, or a
-        warm container waiting in a pool)."""
-        return task_id in self._runners or task_id in self._binding
+        """Whether a container labeled with ``task_id`` belongs to this session: a task not
+        done yet, or a warm container being bound to one. A done task's container is gone
+        or its stopper keeps removing it; another one with its label is left over (a create
+        the engine carried out after its deadline) and the reconciler may reap it."""
+        if task_id in self._binding:
+            return True
+        runner = self._runners.get(task_id)
+        return runner is not None and not runner.done.is_set()
 
     # -- tasks -------------------------------------------------------------------------
 

@@ -125,6 +125,29 @@ async def test_a_wedged_remove_is_retried_until_the_engine_answers(
     assert (await ses.read_output(task.task_id, 0)).data == b"hi\n"
 
 
+async def test_a_create_the_engine_carries_out_after_its_deadline_is_reaped(
+    engine: FakeEngine, bounded: Supervisor, ses: Session
+) -> None:
+    """Docker's create runs in a thread a deadline does not stop: a wedged engine may make
+    the container after the task failed. No task knows it; the reconciler's next round
+    removes it, with the session still open."""
+    engine.script("quick", Script(Out("hi\n"), Exit(0)))
+    release = engine.wedge("create")
+    task = await ses.start({"command": "quick", "policy": "fake"})
+    final = await ses.wait(task.task_id, timeout_s=10)
+    assert (final.status, final.error_code) == ("failed", "engine_unresponsive")
+    release.set()
+    runner = ses.task_runner(task.task_id)
+    async with asyncio.timeout(10):
+        await runner.done.wait()
+    engine.create(runner.request)  # what the engine did with the cut-off call
+    c = container(engine, task.task_id)
+    assert await bounded.reconciler.reap_unowned() == 1
+    assert c.removed
+    assert [t.task_id for t in await ses.list()] == [task.task_id]
+    await one_terminal_event_each(ses, task.task_id)
+
+
 async def test_a_removal_given_up_is_kept_trying_while_the_session_is_open(
     engine: FakeEngine,
     ses: Session,
