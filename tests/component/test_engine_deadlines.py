@@ -18,7 +18,13 @@ from supervisor import MemorySink, Session, Supervisor
 from supervisor.core.errors import EngineUnavailable, EngineUnresponsive
 from supervisor.engine.fake import Exit, FakeEngine, Out, Script, WaitFor
 from supervisor.runtime.task import stopper
-from tests.component.conftest import bounded_supervisor, container, of_task, stored_events
+from tests.component.conftest import (
+    bounded_supervisor,
+    container,
+    of_task,
+    removed,
+    stored_events,
+)
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 
@@ -93,8 +99,7 @@ async def test_a_start_on_a_wedged_engine_fails_within_the_deadline(
     assert (await ses.read_output(again.task_id, 0)).data == b"hi\n"
     await one_terminal_event_each(ses, ticker, task.task_id, again.task_id)
     for tid in (ticker, again.task_id):
-        c = container(engine, tid)
-        await engine.changes.until(lambda c=c: c.removed)
+        assert await removed(engine, tid)
     if method == "start":
         # The failed task's container was created; it is removed, not left behind.
         c = container(engine, task.task_id)
