@@ -1,8 +1,8 @@
 """The engine goes away at each engine call of a task's life (issue 29, point 3): down (every
 call refused, the attach streams cut) or wedged (the call taken and never answered, cut off
-by its deadline). No runner crashes; once the engine answers again, everything resumes: the
-output is exact, each task has one terminal event, its container is removed, and the warm
-pool is full of live containers again. Which calls a task makes is not written down by hand
+by its deadline); or it answers that one call with an error. No runner crashes; once the
+engine answers again, everything resumes: the output is exact, each task has one terminal
+event, its container is removed, and the warm pool is full of live containers again. Which calls a task makes is not written down by hand
 only: the census test runs the lives and checks they make exactly the calls tested here."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Literal
 import pytest
 
 from supervisor import Session, Supervisor, TaskInfo
-from supervisor.core.errors import EngineUnavailable
+from supervisor.core.errors import EngineError, EngineUnavailable
 from supervisor.engine.fake import (
     ExecFromStdin,
     Exit,
@@ -35,7 +35,9 @@ from tests.component.conftest import bounded_supervisor, of_task, stored_events,
 pytestmark = [pytest.mark.component, pytest.mark.timeout(30)]
 
 StartPath = Literal["cold", "warm"]
-Mode = Literal["down", "wedged"]
+#: How the engine fails the call: ``error``, it answers that one call with an EngineError
+#: (say a 500) and goes on as before.
+Mode = Literal["down", "wedged", "error"]
 
 #: Every engine call's deadline here: small, so a wedge costs the test little.
 DEADLINE = 0.3
@@ -64,7 +66,11 @@ CALLS: dict[StartPath, tuple[str, ...]] = {
 #: Calls before the command runs: the engine away there fails the task (it never ran).
 UNSTARTED = ("image_id", "create", "attach", "start")
 #: The error a start that never reached the engine fails with, by how the engine is away.
-UNSTARTED_CODE: dict[Mode, str] = {"down": "engine_unavailable", "wedged": "engine_unresponsive"}
+UNSTARTED_CODE: dict[Mode, str] = {
+    "down": "engine_unavailable",
+    "wedged": "engine_unresponsive",
+    "error": "engine_error",
+}
 _lives = itertools.count()
 CASES = [(path, method) for path, methods in CALLS.items() for method in methods]
 
@@ -135,18 +141,21 @@ class Away:
     or ended meanwhile; then back. Down: that call and every one after it are refused,
     until another call on the same container. Wedged: calls of ``method`` are held (and
     cut off by their deadline) until that call is made again; a wait (no deadline) until
-    the command exited."""
+    the command exited. Error: only that call fails."""
 
     def __init__(self, engine: FakeEngine, method: str, mode: Mode) -> None:
         self.engine = engine
         self.method = method
+        self.mode = mode
         self.mark = len(engine.calls)
         self._release: asyncio.Event | None = None
         self._down: asyncio.Event | None = None
         if mode == "down":
             self._down = engine.go_down_at(method)
-        else:
+        elif mode == "wedged":
             self._release = engine.wedge(method)
+        else:
+            engine.fail_next(method, EngineError(f"{method}: 500 Server Error (injected)"))
         #: The call the engine went away at: (method, container id or name).
         self.call: tuple[str, str] | None = None
 
@@ -161,6 +170,8 @@ class Away:
         assert at is not None
         self.call = engine.calls[at]
         assert self._down is None or self._down.is_set()
+        if self.mode == "error":
+            return
         # The task's end counts only when it came after the call (a removal follows it).
         end = None if ended.is_set() else ended.wait()
         target = self.call[1]
@@ -182,7 +193,7 @@ class Away:
     def back(self) -> None:
         if self._release is not None:
             self._release.set()
-        else:
+        elif self._down is not None:
             self.engine.restore()
 
 
@@ -224,7 +235,7 @@ def no_errors_logged(caplog: pytest.LogCaptureFixture) -> None:
     assert bad == []
 
 
-@pytest.mark.parametrize("mode", ["down", "wedged"])
+@pytest.mark.parametrize("mode", ["down", "wedged", "error"])
 @pytest.mark.parametrize(("path", "method"), CASES)
 async def test_the_engine_away_at_a_call_of_a_task(
     engine: FakeEngine,
