@@ -254,6 +254,7 @@ async def test_the_engine_away_at_a_call_of_a_task(
             # Asked before a cold start: the start is refused, no task is made.
             with pytest.raises(EngineUnavailable):
                 await ses.start(life.spec)
+            assert ("alive", "") in engine.calls[away.mark :]
             assert await ses.list() == []
             away.back()
             life.release()
