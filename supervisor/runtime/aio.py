@@ -29,6 +29,11 @@ class Background:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a task started here is still running."""
+        return bool(self._tasks)
+
     def cancel(self) -> None:
         for task in list(self._tasks):
             task.cancel()

@@ -47,6 +47,11 @@ SHARED = ""
 _RATE_WINDOW_S = 30.0
 _REFILL_HORIZON_S = 4.0
 _REFILL_DELAY_S = 0.1
+#: How often a pool looks after its ready containers (no engine call unless one needs it):
+#: one whose connection ended is replaced, and a fill or removal the engine refused is
+#: tried again; less often (up to _CHECK_MAX_S) while fills keep failing.
+CHECK_S = 1.0
+_CHECK_MAX_S = 8.0
 
 
 def pool_script(sentinel: str) -> str:
@@ -136,6 +141,11 @@ class WarmPool:
         self._prefill = 0
         self._filling: asyncio.Task[None] | None = None
         self._idle: asyncio.Task[None] | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        #: Fills in a row that the engine refused (the keeper backs off meanwhile).
+        self._fill_failures = 0
+        #: Containers of this pool whose removal the engine refused: tried again.
+        self._leftover: set[str] = set()
         self._dropping = Background()
         self._closed = False
         self.log = log.bind(policy=policy.name, scope=scope or "shared")
@@ -168,13 +178,8 @@ class WarmPool:
         engine went away) are removed on the way."""
         loop = asyncio.get_running_loop()
         self._takes.append(loop.time())
-        taken = None
-        while self._ready and taken is None:
-            taken = self._ready.pop(0)[1]
-            if not taken.stream.is_open():
-                self.log.info("pool_drop_dead", container=taken.container_id[:12])
-                self._dropping.start(self.discard(taken), name="pool-drop")
-                taken = None
+        self._drop_dead()
+        taken = self._ready.pop(0)[1] if self._ready else None
         if taken is None:
             self.refill()
         else:
@@ -184,8 +189,24 @@ class WarmPool:
             loop.call_later(_REFILL_DELAY_S, self.refill)
         return taken
 
+    def _drop_dead(self) -> None:
+        """Remove the ready containers whose connection ended: when the engine goes away,
+        their stdin closes with it and they exit without a command."""
+        live = []
+        for entry in self._ready:
+            if entry[1].stream.is_open():
+                live.append(entry)
+            else:
+                self.log.info("pool_drop_dead", container=entry[1].container_id[:12])
+                self._dropping.start(self.discard(entry[1]), name="pool-drop")
+        self._ready = live
+
     def refill(self) -> None:
-        if self._closed or (self._filling is not None and not self._filling.done()):
+        if self._closed:
+            return
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.create_task(self._keep(), name="pool-keep")
+        if self._filling is not None and not self._filling.done():
             return
         self._filling = asyncio.create_task(self._fill(), name="pool-fill")
         if self._idle is None or self._idle.done():
@@ -197,8 +218,13 @@ class WarmPool:
             try:
                 made = await self._make()
             except SupervisorError as exc:
-                self.log.warning("pool_fill_failed", error=str(exc))
+                # The keeper tries again (the engine may be away for a moment).
+                self._fill_failures += 1
+                (self.log.warning if self._fill_failures == 1 else self.log.debug)(
+                    "pool_fill_failed", error=str(exc), failures=self._fill_failures
+                )
                 return
+            self._fill_failures = 0
             if self._closed:
                 await self.discard(made)
                 return
@@ -242,6 +268,21 @@ class WarmPool:
             raise
         return WarmStart(task_id, cid, stream, sentinel)
 
+    async def _keep(self) -> None:
+        """Every CHECK_S (backing off while fills fail): replace ready containers whose
+        connection ended, fill up to the target, remove what the engine refused to."""
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            await asyncio.sleep(min(CHECK_S * 2 ** min(self._fill_failures, 5), _CHECK_MAX_S))
+            self._drop_dead()
+            for container_id in list(self._leftover):
+                with contextlib.suppress(SupervisorError):
+                    await self.ports.backend.remove(container_id)
+                    self._leftover.discard(container_id)
+                    self.log.info("pool_leftover_removed", container=container_id[:12])
+            if len(self._ready) + len(self._making) < self.target(loop.time()):
+                self.refill()
+
     async def wait_filled(self) -> None:
         """Wait for the current fill round to finish."""
         if self._filling is not None:
@@ -269,7 +310,9 @@ class WarmPool:
         try:
             await self.ports.backend.remove(pooled.container_id)
         except SupervisorError as exc:
-            # Labelled as ours and owned by no session: the reconciler reaps it.
+            # Tried again by the keeper (and, labelled as ours and owned by no session,
+            # reaped by the reconciler after a restart).
+            self._leftover.add(pooled.container_id)
             self.log.warning(
                 "pool_discard_failed", container=pooled.container_id[:12], error=str(exc)
             )
@@ -277,10 +320,11 @@ class WarmPool:
     async def aclose(self) -> None:
         """Remove every ready container (never one that became a task)."""
         self._closed = True
-        if self._idle is not None and not self._idle.done():
-            self._idle.cancel()
-            with contextlib.suppress(asyncio.CancelledError, SupervisorError):
-                await self._idle
+        for task in (self._idle, self._keeper):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, SupervisorError):
+                    await task
         # A fill is not cancelled: the engine may already be creating its container (in a
         # thread a cancel does not stop), which would then belong to no one. Once closed,
         # the fill removes what it makes and stops.

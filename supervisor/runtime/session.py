@@ -88,11 +88,7 @@ class Session(WorkspaceReview):
         self.log = log.bind(session_id=session_id)
         self.dir = services.state_dir / "sessions" / session_id
         #: Holds the overlay layer's size to the running tasks' policies.
-        self._cap = (
-            LayerCap(workspace, self._live.values, self.log)
-            if workspace is not None and workspace.plan.mode == "overlay"
-            else None
-        )
+        self._cap = LayerCap(workspace, self._live.values, self.log)
         self._init_review()
 
     # -- properties ------------------------------------------------------------------
@@ -135,9 +131,14 @@ class Session(WorkspaceReview):
         return len(self._live)
 
     def owns(self, task_id: str) -> bool:
-        """Whether a container labeled with ``task_id`` belongs to this session (a task, or a
-        warm container waiting in a pool)."""
-        return task_id in self._runners or task_id in self._binding
+        """Whether a container labeled with ``task_id`` belongs to this session: a task not
+        done yet, or a warm container being bound to one. A done task's container is gone
+        or its stopper keeps removing it; another one with its label is left over (a create
+        the engine carried out after its deadline) and the reconciler may reap it."""
+        if task_id in self._binding:
+            return True
+        runner = self._runners.get(task_id)
+        return runner is not None and not runner.done.is_set()
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -157,8 +158,7 @@ class Session(WorkspaceReview):
                 raise spec_error(exc) from exc
         policy = self._svc.policies.get(spec.policy)
         eff = resolve(spec, policy)
-        if self._cap is not None:
-            await self._cap.check_start(policy)
+        await self._cap.check_start(policy)
         # Count and reserve with no await in between: parallel starts cannot all pass.
         limit = policy.session.max_running_tasks
         running = self.running_count() + self._reserved
@@ -206,8 +206,7 @@ class Session(WorkspaceReview):
         crash_point("pool_bound" if warm is not None else "intent")
         self._runners[task_id] = self._live[task_id] = runner
         self._spawn(runner.run(), task_id)
-        if self._cap is not None:
-            self._cap.task_started()
+        self._cap.task_started()
         return runner.info()
 
     def _spawn(self, work: Any, task_id: str) -> None:
@@ -311,8 +310,7 @@ class Session(WorkspaceReview):
             self._spawn(_remove_after_restore(runner), task_id)
         else:
             self._spawn(runner.resume(record.stage), task_id)
-            if self._cap is not None:
-                self._cap.task_started()
+            self._cap.task_started()
         return runner
 
     async def unique_task_id(self) -> str:
@@ -417,8 +415,7 @@ class Session(WorkspaceReview):
         await asyncio.shield(self._ending)
 
     async def _end(self) -> None:
-        if self._cap is not None:
-            self._cap.close()
+        self._cap.close()
         await self._svc.pools.close_scope(self.session_id)
         stopped, late = await stop_all(
             list(self._runners.values()), "session_ended", timeout_s=self._svc.end_timeout_s
@@ -437,14 +434,23 @@ class Session(WorkspaceReview):
         self.log.info("session_ended", tasks_stopped=stopped)
         await self._svc.on_ended(self.session_id)
 
+    @property
+    def settled(self) -> bool:
+        """Whether none of its work runs any more: no task's runner, and no kill or removal
+        kept trying in the background (after an end that met the engine away)."""
+        return not self._tasks.busy and not any(r.stopper.busy for r in self._runners.values())
+
     async def release(self) -> None:
         """Supervisor shutdown without stopping tasks: let go of containers, keep records
-        (its own idle pool containers are removed: they are not tasks)."""
-        if self._cap is not None:
-            self._cap.close()
+        (its own idle pool containers are removed: they are not tasks). An ended session
+        drops the removals it kept trying: the next supervisor's first round reaps those
+        containers by their labels."""
+        self._cap.close()
         await self._svc.pools.close_scope(self.session_id)
         self._tasks.cancel()
         await self._tasks.wait()
+        for runner in self._runners.values():
+            runner.stopper.cancel()
         await self._log.aclose(sink_timeout=2.0)
 
 

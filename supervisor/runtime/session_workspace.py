@@ -31,12 +31,11 @@ class WorkspaceReview:
     workspace: Workspace | None
     _svc: SessionServices
     _runners: dict[str, TaskRunner]
-    _cap: LayerCap | None
+    _cap: LayerCap
 
     def _layer_changed(self) -> None:
         """Apply, undo and discard rewrite the layer: its last measure is stale."""
-        if self._cap is not None:
-            self._cap.forget()
+        self._cap.forget()
 
     def _init_review(self) -> None:
         #: Set while starts may proceed; cleared while the workspace is offline.

@@ -107,6 +107,9 @@ class Supervisor:
         self.instance_id = ""
         self.stall_watcher: StallWatcher | None = None
         self._sessions: dict[str, Session] = {}
+        #: Ended sessions whose work still runs (an end that met the engine away keeps
+        #: trying to remove their containers): let go of at close, like open ones.
+        self._winding: list[Session] = []
         self._session_lock = asyncio.Lock()
         self._lock_fd: int | None = None
         self._checks: EngineChecks | None = None
@@ -215,10 +218,10 @@ class Supervisor:
         sessions = list(self._sessions.values())
         if self.stop_tasks_on_close:
             await asyncio.gather(*(s.end() for s in sessions), return_exceptions=True)
-            # Anything still waiting on an unreachable engine is let go (reaped later).
-            await asyncio.gather(*(s.release() for s in sessions), return_exceptions=True)
-        else:
-            await asyncio.gather(*(s.release() for s in sessions), return_exceptions=True)
+        # Anything still waiting on an unreachable engine, open sessions' tasks and ended
+        # sessions' removals, is let go: the next start's first round reaps it.
+        leaving = sessions + [s for s in self._winding if s not in sessions]
+        await asyncio.gather(*(s.release() for s in leaving), return_exceptions=True)
         await self.pools.aclose()
         if self._reconciler is not None:
             self._reconciler.cancel()
@@ -362,7 +365,10 @@ class Supervisor:
         return list(self._sessions.values())
 
     async def _forget(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+        session = self._sessions.pop(session_id, None)
+        self._winding = [s for s in self._winding if not s.settled]
+        if session is not None and not session.settled:
+            self._winding.append(session)
         await self.workspaces.session_ended(session_id)
 
     @property

@@ -57,17 +57,18 @@ def describe(usage: LayerUsage, policy: Policy) -> str:
 
 
 class LayerCap:
-    """Measures one session's overlay layer and holds its tasks to their policies' caps."""
+    """Measures one session's overlay layer and holds its tasks to their policies' caps
+    (a session with no overlay has nothing to measure: every call is then a no-op)."""
 
     def __init__(
         self,
-        workspace: Workspace,
+        workspace: Workspace | None,
         runners: Callable[[], Iterable[TaskRunner]],
         log: BoundLogger,
         *,
         period_s: float = PERIOD_S,
     ) -> None:
-        self._ws = workspace
+        self._ws = workspace if workspace is not None and workspace.plan.mode == "overlay" else None
         self._runners = runners
         self._log = log
         self._period_s = period_s
@@ -80,7 +81,7 @@ class LayerCap:
     def task_started(self) -> None:
         """A task of the session started (or was re-adopted): watch the layer, starting
         the watch with the session's first task."""
-        if self._closed:
+        if self._closed or self._ws is None:
             return
         if self._watch is None:
             self._watch = asyncio.create_task(self.run(), name="workspace-layer-cap")
@@ -98,6 +99,8 @@ class LayerCap:
         self.last = None
 
     async def measure(self, max_bytes: int, max_files: int) -> LayerUsage:
+        if self._ws is None:
+            return LayerUsage(0, 0)
         usage = await self._ws.usage(stop_bytes=max_bytes, stop_files=max_files)
         self.last = usage
         return usage

@@ -4,6 +4,8 @@ supervisor/engine/fake. No Docker: they run with DOCKER_HOST pointing nowhere.""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -144,6 +146,18 @@ async def bounded_supervisor(
         yield sup
     finally:
         await sup.aclose()
+
+
+@asynccontextmanager
+async def reconciling(sup: Supervisor) -> AsyncIterator[None]:
+    """The reconciler's loop at a short interval (the supervisor's own runs every 10 s)."""
+    loop = asyncio.create_task(sup.reconciler.run(every_s=0.05))
+    try:
+        yield
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ wedged."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,7 +17,14 @@ import pytest
 from supervisor import MemorySink, Session, Supervisor
 from supervisor.core.errors import EngineUnavailable, EngineUnresponsive
 from supervisor.engine.fake import Exit, FakeEngine, Out, Script, WaitFor
-from tests.component.conftest import bounded_supervisor, container, of_task, stored_events
+from supervisor.runtime.task import stopper
+from tests.component.conftest import (
+    bounded_supervisor,
+    container,
+    of_task,
+    removed,
+    stored_events,
+)
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 
@@ -91,8 +99,7 @@ async def test_a_start_on_a_wedged_engine_fails_within_the_deadline(
     assert (await ses.read_output(again.task_id, 0)).data == b"hi\n"
     await one_terminal_event_each(ses, ticker, task.task_id, again.task_id)
     for tid in (ticker, again.task_id):
-        c = container(engine, tid)
-        await engine.changes.until(lambda c=c: c.removed)
+        assert await removed(engine, tid)
     if method == "start":
         # The failed task's container was created; it is removed, not left behind.
         c = container(engine, task.task_id)
@@ -121,6 +128,56 @@ async def test_a_wedged_remove_is_retried_until_the_engine_answers(
     await engine.changes.until(lambda: c.removed)
     await one_terminal_event_each(ses, task.task_id)
     assert (await ses.read_output(task.task_id, 0)).data == b"hi\n"
+
+
+async def test_a_create_the_engine_carries_out_after_its_deadline_is_reaped(
+    engine: FakeEngine, bounded: Supervisor, ses: Session
+) -> None:
+    """Docker's create runs in a thread a deadline does not stop: a wedged engine may make
+    the container after the task failed. No task knows it; the reconciler's next round
+    removes it, with the session still open."""
+    engine.script("quick", Script(Out("hi\n"), Exit(0)))
+    release = engine.wedge("create")
+    task = await ses.start({"command": "quick", "policy": "fake"})
+    final = await ses.wait(task.task_id, timeout_s=10)
+    assert (final.status, final.error_code) == ("failed", "engine_unresponsive")
+    release.set()
+    runner = ses.task_runner(task.task_id)
+    async with asyncio.timeout(10):
+        await runner.done.wait()
+    engine.create(runner.request)  # what the engine did with the cut-off call
+    c = container(engine, task.task_id)
+    assert await bounded.reconciler.reap_unowned() == 1
+    assert c.removed
+    assert [t.task_id for t in await ses.list()] == [task.task_id]
+    await one_terminal_event_each(ses, task.task_id)
+
+
+async def test_a_removal_given_up_is_kept_trying_while_the_session_is_open(
+    engine: FakeEngine,
+    ses: Session,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stopper's retries run out while the engine stays wedged: the container is not
+    forgotten (the reconciler leaves it alone: the session's task owns it); it goes once
+    the engine answers, the session still open."""
+    monkeypatch.setattr(stopper, "REMOVE_ATTEMPTS", 1)
+    caplog.set_level(logging.INFO)
+    engine.script("quick", Script(Out("hi\n"), Exit(0)))
+    release = engine.wedge("remove")
+    task = await ses.start({"command": "quick", "policy": "fake"})
+    assert (await ses.wait(task.task_id, timeout_s=10)).exit_code == 0
+    runner = ses.task_runner(task.task_id)
+    async with asyncio.timeout(10):
+        await runner.done.wait()  # its own attempts are over
+    c = container(engine, task.task_id)
+    assert not c.removed
+    release.set()
+    async with asyncio.timeout(10):
+        await engine.changes.until(lambda: c.removed)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    await one_terminal_event_each(ses, task.task_id)
 
 
 async def wait_state(sup: Supervisor, state: str) -> None:

@@ -7,7 +7,6 @@ or those of a live (or maybe restarting) owner, nor those of a session open here
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from supervisor import Session, Supervisor
 from supervisor.core.labels import LABEL_OWNER, LABEL_SESSION, container_labels
 from supervisor.engine.fake import Exit, FakeEngine, Out, Script, UntilKilled
 from supervisor.runtime.ownership import LOCK_NAME, owner_labels
-from tests.component.conftest import Runtime, bounded_supervisor, container
+from tests.component.conftest import Runtime, bounded_supervisor, container, reconciling
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 
@@ -66,18 +65,6 @@ async def bounded(
         engine, tmp_path / "state", net_policies, DEADLINE, end_timeout_s=END_TIMEOUT
     ) as sup:
         yield sup
-
-
-@contextlib.asynccontextmanager
-async def reconciling(sup: Supervisor) -> AsyncIterator[None]:
-    """The reconciler's loop at a short interval (the supervisor's own runs every 10 s)."""
-    loop = asyncio.create_task(sup.reconciler.run(every_s=0.05))
-    try:
-        yield
-    finally:
-        loop.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await loop
 
 
 async def gone(engine: FakeEngine, network: str, timeout_s: float = 10.0) -> None:

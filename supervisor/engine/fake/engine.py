@@ -100,6 +100,7 @@ class FakeEngine:
         self._failures: dict[str, list[SupervisorError]] = {}
         self._hangs: dict[str, list[asyncio.Event]] = {}
         self._wedged: dict[str, asyncio.Event] = {}
+        self._down_at: dict[str, asyncio.Event] = {}
         self._ids = itertools.count(1)
 
     async def __aenter__(self) -> FakeEngine:
@@ -177,6 +178,14 @@ class FakeEngine:
         self._hangs.setdefault(method, []).append(release)
         return release
 
+    def go_down_at(self, method: str) -> asyncio.Event:
+        """The engine goes down (:meth:`go_down`) when the next call of ``method`` arrives:
+        that call is refused, as is every call after it until :meth:`restore`. The
+        returned event is set then."""
+        went = asyncio.Event()
+        self._down_at[method] = went
+        return went
+
     def wedge(self, *methods: str) -> asyncio.Event:
         """A wedged engine: from now on every call of ``methods`` (e.g. ``"create"``) is
         taken and never completes, until the returned event is set; then the held calls
@@ -222,6 +231,10 @@ class FakeEngine:
         """Record a call and apply the faults set for it."""
         self.calls.append((method, target))
         self.changes.notify()
+        went = self._down_at.pop(method, None)
+        if went is not None:
+            self.go_down()
+            went.set()
         hangs = self._hangs.get(method)
         if hangs:
             await hangs.pop(0).wait()

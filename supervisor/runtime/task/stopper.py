@@ -1,5 +1,5 @@
 """Ending a container: SIGTERM, a grace period, SIGKILL until it exits; then removal, retried,
-or (when the engine is away) kept trying in the background."""
+and (while the engine is away) kept trying in the background."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from structlog.stdlib import BoundLogger
 from supervisor.core.errors import SupervisorError
 from supervisor.engine.base import Backend
 
-#: Removal attempts before giving up (the reconciler reaps what is left).
+#: Removal attempts in a row; then it is kept trying in the background (reap_later).
 REMOVE_ATTEMPTS = 5
 
 
@@ -70,7 +70,9 @@ class Stopper:
                 await asyncio.wait_for(self.exited.wait(), 1.0)
 
     async def remove(self) -> None:
-        """Force-remove the container, retrying a few times."""
+        """Force-remove the container, retrying a few times; then keep trying in the
+        background until the engine answers (the session's task owns the container, so
+        the reconciler leaves it alone while the session is open)."""
         cid = self._cid()
         if cid is None:
             return
@@ -80,8 +82,10 @@ class Stopper:
                 return
             except SupervisorError as exc:
                 self.log.warning("remove_failed", attempt=attempt, error=str(exc))
+            if attempt + 1 < REMOVE_ATTEMPTS:
                 await asyncio.sleep(0.5 * (attempt + 1))
-        self.log.error("remove_gave_up", container=cid[:12])
+        self.log.warning("remove_later", container=cid[:12], attempts=REMOVE_ATTEMPTS)
+        self.reap_later()
 
     def reap_later(self) -> None:
         """The engine does not answer: kill and remove once it is back (in the background)."""
@@ -102,6 +106,11 @@ class Stopper:
                 self.log.debug("reap_retry", error=str(exc), delay_s=delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a kill sequence or a removal kept trying in the background still runs."""
+        return any(t is not None and not t.done() for t in (self._kill, self._reap))
 
     def cancel(self) -> None:
         """Drop the background work (the supervisor shuts down; the container is kept)."""

@@ -138,8 +138,7 @@ class Supervision:
                 return
             got = self.capture.received - before
             empty_reattaches = empty_reattaches + 1 if got == 0 else 0
-            state = await self.inspect_patiently(cid)
-            if state is None or not state.running or self.exited.is_set():
+            if not await self._still_running(cid) or self.exited.is_set():
                 return
             if empty_reattaches >= 2:
                 # The command closed its stdout and stderr but keeps running: nothing more
@@ -152,6 +151,22 @@ class Supervision:
                 self.log.warning("reattach_failed", error=str(exc))
                 self.engine_outage = True
                 await asyncio.sleep(0.5)
+
+    async def _still_running(self, cid: str) -> bool:
+        """After a stream ended: whether the container still runs (a re-attach is due).
+        Outages are waited out; an error answer (say a 500) is asked again a moment later,
+        as the exit wait, running meanwhile, settles what became of the container."""
+        delay = 0.2
+        while not self.exited.is_set():
+            try:
+                state = await self.inspect_patiently(cid)
+            except SupervisorError as exc:
+                self.log.info("capture_inspect_failed", error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            return state is not None and state.running
+        return False
 
     async def inspect_patiently(self, cid: str) -> ContainerState | None:
         """The container's state, waiting out engine outages (None: gone, or it exited)."""
