@@ -111,6 +111,9 @@ class Capture:
         self.out = self._new_output()
         #: Bytes per stream to drop from the next stream (already stored).
         self.skip = {1: 0, 2: 0}
+        #: Reads that brought data, skipped ones included: a drain that still makes
+        #: progress is not stuck.
+        self.reads = 0
         self.last_output_mono = 0.0
         self._last_checkpoint = 0.0
         self._seen = asyncio.Event()
@@ -175,6 +178,7 @@ class Capture:
             segments = await stream.read()
             if segments is None:
                 return
+            self.reads += 1
             if self.skip[1] or self.skip[2]:
                 segments = drop_known(self.skip, segments)
                 if not segments:

@@ -18,7 +18,9 @@ from supervisor.runtime.task.capture import Capture
 from supervisor.runtime.task.reattach import Reattacher
 from supervisor.state.output import read_range
 
-#: After the container exits, how long the output stream may take to drain.
+#: After the container exits, how long the output stream may go without delivering
+#: anything before its drain is given up (a slow drain that still delivers is waited for:
+#: a loaded machine, or a long log replayed after an outage, is slow, not stuck).
 DRAIN_S = 10.0
 
 
@@ -67,13 +69,7 @@ class Supervision:
                 await capture
             raise
         self.exited.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(capture), DRAIN_S)
-        except TimeoutError:
-            self.log.warning("capture_drain_timeout")
-            capture.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await capture
+        await self._drain(capture, "capture_drain_timeout")
         if state is not None and (self.engine_outage or self._maybe_short):
             # The stream may have missed the end: catch up from the engine's log.
             try:
@@ -208,11 +204,30 @@ class Supervision:
         """After an outage and the container's exit: fetch output the stream missed."""
         stream = await self.reattacher.attach_replay(cid)
         try:
-            await asyncio.wait_for(self.capture.run(stream), DRAIN_S)
-        except TimeoutError:
-            self.log.warning("catch_up_timeout")
+            replay = asyncio.create_task(self.capture.run(stream), name="catch-up")
+            await self._drain(replay, "catch_up_timeout")
         finally:
             await stream.aclose()
+
+    async def _drain(self, reading: asyncio.Task[None], what: str) -> None:
+        """Wait for ``reading`` (a stream read to its end) while it makes progress; give
+        it up (logged as ``what``) after ``DRAIN_S`` without a read."""
+        seen = -1
+        try:
+            while seen != self.capture.reads:
+                seen = self.capture.reads
+                try:
+                    await asyncio.wait_for(asyncio.shield(reading), DRAIN_S)
+                    return
+                except TimeoutError:
+                    continue
+        except asyncio.CancelledError:
+            reading.cancel()
+            raise
+        self.log.warning(what, reads=seen)
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
 
 
 def lost_detail(state: ContainerState | None, *, outage: bool, stopping: bool) -> str | None:
