@@ -32,12 +32,15 @@ CURSOR_MAX: Final = 8192
 T = TypeVar("T")
 
 
+def _bad(field: str, problem: str) -> InvalidRequest:
+    """The 422 the daemon's own validation gives: the message and ``fields`` name it."""
+    return InvalidRequest(problem, field=field, fields=[{"field": field, "message": problem}])
+
+
 def check_limit(limit: object, field: str = "limit") -> int:
     """``limit`` as a page size, or InvalidRequest naming ``field`` and the range."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= PAGE_MAX:
-        raise InvalidRequest(
-            f"must be an integer from 1 to {PAGE_MAX} (got {limit!r})", field=field
-        )
+        raise _bad(field, f"must be an integer from 1 to {PAGE_MAX} (got {limit!r})")
     return limit
 
 
@@ -55,20 +58,17 @@ def cursor_path(text: str, field: str = "after") -> str:
     """The path a cursor's text names; InvalidRequest naming ``field`` when it is too long, or
     begins with ``b64:`` without valid base64 after it."""
     if len(text) > CURSOR_MAX:
-        raise InvalidRequest(
-            f"at most {CURSOR_MAX} characters (got {len(text)}): a path from the listing",
-            field=field,
-        )
+        raise _bad(field, f"at most {CURSOR_MAX} characters (got {len(text)}): a path")
     if not text.startswith(B64):
         return text
     try:
         raw = base64.b64decode(text[len(B64) :], validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise InvalidRequest(
+        raise _bad(
+            field,
             "begins with 'b64:' but the rest is not base64; a path that begins with 'b64:' "
             "(or is not UTF-8) is given as 'b64:' and the base64 of its bytes, as a page's "
             "'next' gives it",
-            field=field,
         ) from exc
     return os.fsdecode(raw)
 
