@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from supervisor.core.paths import admin_token_file, daemon_socket
+from supervisor.interfaces.client_workspace import WorkspaceCalls
 from supervisor.interfaces.http import Endpoint, Response
 from supervisor.interfaces.http_errors import DaemonError, DaemonNotRunning, from_wire
 
@@ -75,7 +76,7 @@ def task_info(body: TaskJson) -> TaskInfo:
     return TaskInfo.model_validate(body)
 
 
-class SandvisorClient:
+class SandvisorClient(WorkspaceCalls):
     """Requests to one daemon, over its unix socket (or loopback TCP)."""
 
     def __init__(
@@ -348,67 +349,6 @@ class SandvisorClient:
         """The last ``chars`` characters of the output."""
         where = self._task_path(session_id, task_id, "/tail")
         return str((await self._json("GET", params={"chars": chars}, **where))["text"])
-
-    # -- workspace ------------------------------------------------------------------------
-    # An ended session whose changes are kept answers these too (to the admin token).
-
-    async def workspace_changes(
-        self, session_id: str, *, ignored: bool = False
-    ) -> list[dict[str, Any]]:
-        """The changes of the session's overlay workspace (``Change.to_dict()`` each);
-        ``ignored``: also those .gitignore and the default ignores leave out."""
-        path = f"/sessions/{session_id}/workspace/changes"
-        params = {"ignored": str(ignored).lower()}
-        return list(await self._json("GET", path, params=params, ids=(session_id, None)))
-
-    @staticmethod
-    def reviewed(changes: list[dict[str, Any]]) -> dict[str, str]:
-        """The ``reviewed`` argument of ``apply_changes`` for changes as listed."""
-        return {
-            (f"b64:{c['path_b64']}" if c.get("path_b64") else str(c["path"])): str(c["digest"])
-            for c in changes
-            if c.get("digest")
-        }
-
-    async def workspace_diff(self, session_id: str, *, full: bool = False) -> str:
-        """The changes as one unified diff that ``git apply`` accepts (``full``: files over
-        1 MiB too, else their sizes and hashes)."""
-        path = f"/sessions/{session_id}/workspace/diff"
-        params = {"full": "true"} if full else None
-        response = await self._request("GET", path, params=params, ids=(session_id, None))
-        return response.content.decode("utf-8", "surrogateescape")
-
-    async def apply_changes(
-        self,
-        session_id: str,
-        *,
-        force: bool = False,
-        stop_tasks: bool = False,
-        reviewed: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
-        """Write the changes into the host project (``ApplyResult``). WorkspaceConflict
-        (with ``paths``) for host edits unless ``force``, and when ``reviewed`` (path ->
-        digest from ``workspace_changes``) is not exactly what would be applied;
-        WorkspaceBusy (with ``task_ids``) while tasks run unless ``stop_tasks``."""
-        path = f"/sessions/{session_id}/workspace/apply"
-        body: dict[str, Any] = {"force": force, "stop_tasks": stop_tasks}
-        if reviewed is not None:
-            body["reviewed"] = dict(reviewed)
-        return dict(await self._json("POST", path, json=body, ids=(session_id, None)))
-
-    async def discard_changes(self, session_id: str, *, stop_tasks: bool = False) -> None:
-        """Drop every change (and the backups: no undo after it)."""
-        path = f"/sessions/{session_id}/workspace/discard"
-        await self._request("POST", path, json={"stop_tasks": stop_tasks}, ids=(session_id, None))
-
-    async def undo_apply(
-        self, session_id: str, *, force: bool = False, stop_tasks: bool = False
-    ) -> dict[str, Any]:
-        """Put the host project back as before the last apply (``UndoResult``); NoBackup
-        when nothing was applied."""
-        path = f"/sessions/{session_id}/workspace/undo"
-        body = {"force": force, "stop_tasks": stop_tasks}
-        return dict(await self._json("POST", path, json=body, ids=(session_id, None)))
 
     # -- events and notifications ---------------------------------------------------------
 

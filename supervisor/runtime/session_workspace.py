@@ -14,12 +14,13 @@ from contextlib import asynccontextmanager
 from typing import TypeVar
 
 from supervisor.core.workspace_errors import NoWorkspace, WorkspaceBusy
+from supervisor.core.workspace_pages import PAGE_DEFAULT
 from supervisor.runtime.session_end import stop_all
 from supervisor.runtime.session_ports import SessionServices
 from supervisor.runtime.task.runner import TaskRunner
 from supervisor.runtime.workspace import Workspace
 from supervisor.runtime.workspace_cap import LayerCap
-from supervisor.state.workspace import ApplyResult, Change, UndoResult
+from supervisor.state.workspace import ApplyResult, Change, ChangePage, UndoResult
 
 T = TypeVar("T")
 
@@ -67,13 +68,30 @@ class WorkspaceReview:
         return self.workspace
 
     async def workspace_changes(self) -> builtins.list[Change]:
-        """What the session's tasks changed in the workspace (overlay mode)."""
+        """What the session's tasks changed in the workspace (overlay mode): all of it, each
+        change hashed (``workspace_changes_page`` for a page of a long listing)."""
         return await self._ws("changes").changes()
 
-    async def workspace_diff(self, *, full: bool = False) -> str:
+    async def workspace_changes_page(
+        self, *, limit: int = PAGE_DEFAULT, after: str | None = None, ignored: bool = True
+    ) -> ChangePage:
+        """A page of the changes: at most ``limit`` (1 to 10 000) after the cursor
+        ``after`` (a path, as a page's ``next`` gives it), with ``total`` and ``next``;
+        ``ignored=False`` leaves the ignored ones out. Only the page's entries are hashed."""
+        return await self._ws("changes").changes_page(limit=limit, after=after, ignored=ignored)
+
+    async def workspace_diff(
+        self,
+        *,
+        full: bool = False,
+        limit: int | None = None,
+        after: str | None = None,
+        ignored: bool = False,
+    ) -> str:
         """The changes as one unified diff that ``git apply`` accepts (files over 1 MiB as
-        their sizes and hashes unless ``full``)."""
-        return await self._ws("diff").diff(full=full)
+        their sizes and hashes unless ``full``); with ``limit``, of the changes of that page
+        (as ``workspace_changes_page`` cuts it) only."""
+        return await self._ws("diff").diff(full=full, limit=limit, after=after, ignored=ignored)
 
     async def apply_changes(
         self,

@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,10 @@ from supervisor.core.workspace import (
     mounts,
     private_parent,
 )
+from supervisor.core.workspace_pages import PAGE_DEFAULT, check_limit, cursor_path
 from supervisor.engine.base import Backend
 from supervisor.runtime.workspace_git import RwRepositories
+from supervisor.runtime.workspace_listing import KeptListing
 from supervisor.state.workspace.usage import LayerUsage, layer_usage
 
 log = get_logger("supervisor.workspace")
@@ -69,6 +72,8 @@ class Workspace:
         self.repositories = RwRepositories(plan, root)
         self._volume_ready = False
         self._lock = asyncio.Lock()
+        #: The last walk a first page made, for the pages after it.
+        self.listing = KeptListing()
         self.log = log.bind(session_id=session_id, workspace=plan.host)
 
     # -- where things are ---------------------------------------------------------------
@@ -219,7 +224,11 @@ class Workspace:
         a task started meanwhile waits until the host tree is written."""
         async with self._lock:
             await self._unmount_locked()
-            return await self._run(fn, *args)
+            self.listing.forget()  # a page after it must not be cut from a walk before it
+            try:
+                return await self._run(fn, *args)
+            finally:
+                self.listing.forget()
 
     # -- review ---------------------------------------------------------------------------
 
@@ -231,6 +240,7 @@ class Workspace:
             )
 
     async def changes(self) -> list[changes_fs.Change]:
+        """Every change, each with its digest (what apply compares ``reviewed`` with)."""
         self._need_overlay("changes")
         found: list[changes_fs.Change] = await self._run(self._list)
         return found
@@ -241,17 +251,57 @@ class Workspace:
             Path(self.plan.host), self.upper, manifest, lower_id=self.lower_id
         )
 
-    async def diff(self, *, full: bool = False) -> str:
-        """The changes as one unified diff; files over ``LARGE_BYTES`` as sizes and hashes
-        unless ``full``. Built off the event loop."""
-        self._need_overlay("diff")
-        return str(await self._run(self._diff, full))
+    def _classify(self) -> list[changes_fs.Change]:
+        manifest = changes_fs.Manifest.load(self.manifest_path)
+        return changes_fs.classify(
+            Path(self.plan.host), self.upper, manifest, lower_id=self.lower_id
+        )
 
-    def _diff(self, full: bool = False) -> str:
+    async def changes_page(
+        self, *, limit: int = PAGE_DEFAULT, after: str | None = None, ignored: bool = True
+    ) -> changes_fs.ChangePage:
+        """A page of the changes sorted by path: at most ``limit`` (1 to ``PAGE_MAX``)
+        after the cursor ``after`` (see ``core.workspace_pages``), only the page's entries
+        hashed. The first page (no ``after``) walks the upper; the pages after it are cut
+        from that walk while it is under ``LISTING_KEPT_S`` old (``KeptListing``), else they
+        walk again."""
+        self._need_overlay("changes")
+        check_limit(limit)
+        path = None if after is None else cursor_path(after)
+        listing = self.listing.get() if path is not None else None
+        if listing is None:
+            generation = self.listing.generation
+            listing = await self._run(self._classify)
+            self.listing.put(listing, generation)
+        page: changes_fs.ChangePage = await self._run(
+            partial(
+                changes_fs.page_of, self.upper, listing, limit=limit, after=path, ignored=ignored
+            )
+        )
+        return page
+
+    async def diff(
+        self,
+        *,
+        full: bool = False,
+        limit: int | None = None,
+        after: str | None = None,
+        ignored: bool = False,
+    ) -> str:
+        """The changes as one unified diff; files over ``LARGE_BYTES`` as sizes and hashes
+        unless ``full``. With ``limit``: only the changes of that page (``changes_page``
+        with the same ``limit``, ``after`` and ``ignored``). Built off the event loop."""
+        self._need_overlay("diff")
+        if limit is None:
+            return str(await self._run(self._diff, full))
+        page = await self.changes_page(limit=limit, after=after, ignored=ignored)
+        return str(await self._run(self._diff, full, page.changes))
+
+    def _diff(self, full: bool = False, changes: list[changes_fs.Change] | None = None) -> str:
         return changes_fs.diff(
             Path(self.plan.host),
             self.upper,
-            self._list(),
+            self._classify() if changes is None else changes,
             lower_id=self.lower_id,
             reader=self.reader,
             full=full,

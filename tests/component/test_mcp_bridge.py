@@ -124,6 +124,7 @@ async def test_list_tools_shows_every_tool_with_schemas(
         assert set(tools["workspace_changes"].input_schema["properties"]) == {
             "include_diff",
             "ignored",
+            "after",
         }
         for name in ("task_output", "task_list", "task_wait", "workspace_changes"):
             annotations = tools[name].annotations

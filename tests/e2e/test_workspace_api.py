@@ -104,12 +104,14 @@ def test_changes_diff_apply_undo_discard(daemon: Daemon, tmp_path: Path) -> None
         assert task["output"].splitlines()[:2] == [str(project), str(OWNER[0])]
         assert tree_hash(project) == pristine  # nothing reached the host
 
-        listed = c.get("/sessions/w1/workspace/changes").json()
+        listed = c.get("/sessions/w1/workspace/changes").json()["changes"]
         assert kinds(listed) == EXPECTED
         by_path = {ch["path"]: ch for ch in listed}
         assert by_path["run.sh"]["old_mode"] == 0o644 and by_path["run.sh"]["new_mode"] == 0o755
         assert by_path["a.txt"]["size"] == 3 and not by_path["a.txt"]["conflict"]
-        everything = c.get("/sessions/w1/workspace/changes", params={"ignored": "true"}).json()
+        everything = c.get("/sessions/w1/workspace/changes", params={"ignored": "true"}).json()[
+            "changes"
+        ]
         ignored = {ch["path"] for ch in everything if ch["ignored"]}
         assert "node_modules" in ignored and set(kinds(everything)) >= set(EXPECTED)
 
@@ -155,7 +157,7 @@ def test_changes_diff_apply_undo_discard(daemon: Daemon, tmp_path: Path) -> None
         assert stat.S_IMODE(os.stat(project / "run.sh").st_mode) == 0o755
         assert os.stat(project / "src/new.py").st_uid == OWNER[0]
         assert not (project / "node_modules").exists()
-        assert c.get("/sessions/w1/workspace/changes").json() == []
+        assert c.get("/sessions/w1/workspace/changes").json()["changes"] == []
 
         undone = c.post("/sessions/w1/workspace/undo")  # no body: the defaults
         assert undone.status_code == 200, undone.text
@@ -163,12 +165,15 @@ def test_changes_diff_apply_undo_discard(daemon: Daemon, tmp_path: Path) -> None
         assert contents(project)["a.txt"] == "host edit\n"
         # The applied changes left the session's layer at apply (so host edits after it
         # show through); undo puts the project back, not the layer: nothing to review.
-        assert c.get("/sessions/w1/workspace/changes").json() == []
+        assert c.get("/sessions/w1/workspace/changes").json()["changes"] == []
         error(c.post("/sessions/w1/workspace/undo", json={}), 404, "workspace_no_backup")
 
         discarded = c.post("/sessions/w1/workspace/discard", json={"stop_tasks": False})
         assert discarded.json() == {"session_id": "w1", "discarded": True}
-        assert c.get("/sessions/w1/workspace/changes", params={"ignored": "true"}).json() == []
+        assert (
+            c.get("/sessions/w1/workspace/changes", params={"ignored": "true"}).json()["changes"]
+            == []
+        )
         # The overlay still serves the session's tasks after a discard, from the host tree.
         assert run(c, "w1", "cat a.txt")["output"] == "host edit\n"
 
@@ -205,7 +210,9 @@ def test_token_rules_and_an_ended_sessions_kept_changes(daemon: Daemon, tmp_path
             # Its own session has no workspace: nothing to review.
             error(c.get("/sessions/other/workspace/changes"), 404, "no_workspace")
         with daemon.client(mine) as c:
-            assert kinds(c.get("/sessions/mine/workspace/changes").json()) == {"agent.txt": "added"}
+            assert kinds(c.get("/sessions/mine/workspace/changes").json()["changes"]) == {
+                "agent.txt": "added"
+            }
 
         # Ended: the changes are kept, the session's token is revoked, the admin reviews.
         ended = admin.delete("/sessions/mine").json()
@@ -220,7 +227,9 @@ def test_token_rules_and_an_ended_sessions_kept_changes(daemon: Daemon, tmp_path
             error(c.get("/sessions/mine/workspace/changes"), 401, "unauthorized")
         with daemon.client(other) as c:
             error(c.get("/sessions/mine/workspace/changes"), 404, "session_not_found")
-        assert kinds(admin.get("/sessions/mine/workspace/changes").json()) == {"agent.txt": "added"}
+        assert kinds(admin.get("/sessions/mine/workspace/changes").json()["changes"]) == {
+            "agent.txt": "added"
+        }
         assert "+agent" in admin.get("/sessions/mine/workspace/diff").text
         assert tree_hash(project) == pristine
         applied = admin.post("/sessions/mine/workspace/apply", json={})

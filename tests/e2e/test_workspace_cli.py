@@ -73,6 +73,20 @@ def test_run_review_apply_undo_discard(daemon: Daemon, tmp_path: Path) -> None:
     }
     rows = ok(sandvisor(daemon, project, "workspace", "changes")).splitlines()
     assert rows == ["modified\ta.txt\t3\t", "added\tb.txt\t4\t", "deleted\tc.txt\t\t"]
+    # One page: the rows on stdout, how to get the next page on stderr; --json: the page.
+    paged = sandvisor(daemon, project, "workspace", "changes", "--limit", "2")
+    assert ok(paged).splitlines() == rows[:2]
+    hint = "2 of 3 change(s) listed; the next page: sandvisor workspace changes --limit 2 "
+    assert hint + "--after b.txt\n" in paged.stderr.decode(), paged.stderr
+    page = json.loads(
+        ok(sandvisor(daemon, project, "workspace", "changes", "--json", "--limit", "1"))
+    )
+    assert (page["total"], page["next"], len(page["changes"])) == (3, "a.txt", 1)
+    rest = ok(sandvisor(daemon, project, "workspace", "changes", "--after", "a.txt"))
+    assert rest.splitlines() == rows[1:]
+    bad = sandvisor(daemon, project, "workspace", "changes", "--limit", "0")
+    assert bad.returncode == 2, bad
+    assert b"argument --limit: must be an integer from 1 to 10000 (got '0')" in bad.stderr
     with_ignored = ok(sandvisor(daemon, project, "workspace", "changes", "--ignored"))
     assert "node_modules/\t\tignored" in with_ignored
     diff = ok(sandvisor(daemon, project, "workspace", "diff"))

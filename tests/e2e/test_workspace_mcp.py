@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import re
 import subprocess
 import sys
@@ -120,8 +121,16 @@ async def test_agent_works_on_its_project_and_the_user_applies(
         assert ".venv" not in review.split("--- diff ---")[0]  # ignored: not listed
         assert "sandvisor workspace apply --session mcp-" in review
         everything = await mcp.ok("workspace_changes", ignored=True, include_diff=False)
-        assert ".venv/ (ignored)" in everything and "... and " in everything
+        assert ".venv/ (ignored)" in everything and "200 of them here" in everything
         assert len(everything) < 32_000
+        # The next page: the cursor the result ends with, passed back exactly.
+        cursor = re.search(r"call workspace_changes with after=(\".*\") for the next", everything)
+        assert cursor, everything[-500:]
+        after = json.loads(cursor.group(1))
+        following = await mcp.ok("workspace_changes", ignored=True, include_diff=False, after=after)
+        assert f"after {cursor.group(1)}" in following
+        listed = [line.split()[1] for line in following.splitlines()[1:] if "(ignored" in line]
+        assert listed and all(path > after for path in listed), listed[:5]
         assert tree_hash(project) == pristine
 
     err = stderr_of(daemon)

@@ -120,18 +120,38 @@ def test_without_a_workspace_nothing_persists() -> None:
     assert wt.not_reviewable(WS) is None
 
 
-def test_changes_text_is_bounded() -> None:
+def _page(found: list[dict[str, Any]], total: int, following: str | None) -> dict[str, Any]:
+    return {"changes": found, "total": total, "next": following}
+
+
+def test_changes_text_is_bounded_and_gives_the_next_pages_cursor() -> None:
     found = [
-        {"path": f"f{i}", "kind": "added", "file_type": "file", "size": 10} for i in range(1000)
+        {"path": f"f{i:04}", "kind": "added", "file_type": "file", "size": 10}
+        for i in range(wt.MAX_LISTED)
     ]
-    diff = "".join(f"diff --git a/f{i} b/f{i}\n+{'x' * 100}\n" for i in range(1000))
-    text = wt.changes_text(WS, "s1", found, diff)
+    diff = "".join(f"diff --git a/f{i} b/f{i}\n+{'x' * 1000}\n" for i in range(wt.MAX_LISTED))
+    text = wt.changes_text(WS, "s1", _page(found, 1000, "f0199"), diff)
     assert len(text) <= MAX_OUTPUT_CHARS
-    assert "... and 800 more" in text and "diff truncated" in text
+    assert "1000 change(s) not applied to the project yet; 200 of them here" in text
+    assert "diff truncated" in text
+    # One line, with the cursor as a JSON string the agent passes back exactly.
+    assert 'call workspace_changes with after="f0199" for the next ones.\n' in text
     assert text.endswith("(`sandvisor workspace apply --session s1`).")
-    small = wt.changes_text(WS, "s1", found[:1], "diff --git a/f0 b/f0\n+x\n")
-    assert "added     f0 (10 bytes)" in small and "--- diff ---\ndiff --git" in small
-    assert "no changes" in wt.changes_text(WS, "s1", [], "")
+    small = wt.changes_text(WS, "s1", _page(found[:1], 1, None), "diff --git a/f0 b/f0\n+x\n")
+    assert "added     f0000 (10 bytes)" in small and "--- diff ---\ndiff --git" in small
+    assert "More changes follow" not in small and "of them here" not in small
+    assert "no changes" in wt.changes_text(WS, "s1", _page([], 0, None), "")
+
+
+def test_changes_text_of_a_later_page_and_a_hostile_cursor() -> None:
+    hostile = 'a "quoted"\nname\u202e'
+    one = [{"path": "z", "kind": "deleted", "file_type": "dir", "size": 0}]
+    text = wt.changes_text(WS, "s1", _page(one, 5, hostile), None, after="y")
+    assert 'of them here, sorted by path, after "y"' in text
+    assert "deleted   z/" in text
+    # Newline, quotes and the bidi override come as JSON escapes: one line, exact.
+    assert 'after="a \\"quoted\\"\\nname\\u202e" for the next ones.' in text
+    assert "no changes after" in wt.changes_text(WS, "s1", _page([], 5, None), None, after="z")
 
 
 @pytest.mark.parametrize(

@@ -4,13 +4,18 @@ undo or discard it."""
 from __future__ import annotations
 
 import argparse
+import base64
+import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from supervisor.core.errors import SessionNotFound
+from supervisor.core.problems import InvalidRequest
 from supervisor.core.visible import quote_name, visible
 from supervisor.core.workspace_errors import NoBackup, NoWorkspace, WorkspaceBusy, WorkspaceConflict
+from supervisor.core.workspace_pages import B64, PAGE_MAX, check_limit
 from supervisor.interfaces.cli.common import HelpFormatter, print_json, print_table, want_plain
 from supervisor.interfaces.cli.project import cwd, dir_session_id, explicit_session
 from supervisor.interfaces.cli.remote import CliError, add_daemon_options, call, one_line
@@ -45,11 +50,20 @@ apply leaves it out), binary, mode changes, symlink targets. Piped: tab-separate
 On a terminal, names and targets with control, bidi or invisible characters are quoted as
 git quotes them ("a\\x1b[2Kb"); piped, they are printed exactly.
 
+Like git status, it lists every change: the daemon answers in pages of 10000 (one
+snapshot of the layer), read in turn, with the count on stderr while a long listing is
+read. --limit N prints one page of N instead (1 to 10000), then how to get the next one
+(--after PATH: the changes after PATH in the listing's order, by path). With --json: a
+JSON list of every change; with --limit, the page as {"changes", "total", "next"}, where
+"next" is the --after of the next page (null after the last).
+
 examples:
   sandvisor workspace changes
   sandvisor workspace changes --ignored               also node_modules, .venv, build output...
   sandvisor workspace changes --session mcp-1a2b3c4d5e6f
   sandvisor workspace changes --json | jq -r '.[] | select(.conflict) | .path'
+  sandvisor workspace changes --limit 100             the first 100, and the --after of the rest
+  sandvisor workspace changes --limit 100 --after src/app.py
 """
 
 DIFF_EPILOG = """\
@@ -142,6 +156,17 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         "--ignored", action="store_true", help="also list ignored changes (node_modules, ...)"
     )
     changes.add_argument("--json", action="store_true", help="a JSON list, one object a change")
+    changes.add_argument(
+        "--limit",
+        type=_page_size,
+        metavar="N",
+        help=f"print one page of at most N changes (1 to {PAGE_MAX}) instead of all of them",
+    )
+    changes.add_argument(
+        "--after",
+        metavar="PATH",
+        help="only the changes after PATH in the listing's order (a page's next cursor)",
+    )
     diff = sub("diff", "show the changes as a unified diff", DIFF_EPILOG, _diff)
     diff.add_argument(
         "--full",
@@ -165,6 +190,16 @@ def register(subs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     )
     undo.add_argument("--stop-tasks", action="store_true", help="stop the session's tasks first")
     undo.add_argument("--json", action="store_true", help="the result as JSON")
+
+
+def _page_size(text: str) -> int:
+    """``--limit``: a page size, or argparse's error naming the range."""
+    try:
+        return check_limit(int(text))
+    except (ValueError, InvalidRequest):
+        raise argparse.ArgumentTypeError(
+            f"must be an integer from 1 to {PAGE_MAX} (got {text!r})"
+        ) from None
 
 
 def _with_session(
@@ -270,15 +305,59 @@ def _notes(
     return "; ".join(notes)
 
 
+def _progress() -> Callable[[int, int], None]:
+    """``on_page`` for a listing read page by page: the count on stderr (a terminal's) while
+    a listing of more than one page is read, erased when it is done."""
+    shown = [False]
+
+    def step(listed: int, total: int) -> None:
+        if not sys.stderr.isatty() or total <= PAGE_MAX:
+            return
+        done = listed >= total
+        if done and not shown[0]:
+            return
+        sys.stderr.write("\r\x1b[K" if done else f"\rsandvisor: listed {listed} of {total} changes")
+        sys.stderr.flush()
+        shown[0] = not done
+
+    return step
+
+
+def _cursor_arg(cursor: str) -> str:
+    """The ``--after`` of the next page, as a shell word that cannot drive the terminal: a
+    name with control or invisible characters goes as ``b64:`` and its bytes' base64."""
+    if not cursor.startswith(B64) and visible(cursor) != cursor:
+        cursor = B64 + base64.b64encode(os.fsencode(cursor)).decode()
+    return shlex.quote(cursor)
+
+
 async def _changes(client: SandvisorClient, args: argparse.Namespace, sid: str) -> int:
-    found = await client.workspace_changes(sid, ignored=args.ignored)
+    page: dict[str, Any] | None = None
+    if args.limit is None:
+        found = await client.workspace_changes(
+            sid, ignored=args.ignored, after=args.after, on_page=_progress()
+        )
+    else:
+        page = await client.workspace_changes_page(
+            sid, ignored=args.ignored, limit=args.limit, after=args.after
+        )
+        found = page["changes"]
     if args.json:
-        print_json(found)
+        print_json(found if page is None else page)
         return 0
     plain = want_plain(args)
+    following = None if page is None else page.get("next")
+    more = ""
+    if page is not None and following is not None:
+        more = (
+            f"{len(found)} of {page['total']} change(s) listed; the next page: sandvisor workspace "
+            f"changes{_session_flag(args, sid)} --limit {args.limit} --after "
+            f"{_cursor_arg(following)}\n"
+        )
     if not found:
         if not plain:
-            sys.stdout.write(f"no changes in the workspace of session {sid}\n")
+            after = "" if args.after is None else " after that path"
+            sys.stdout.write(f"no changes{after} in the workspace of session {sid}\n")
         return 0
     # Piped: the names exactly (tab-separated rows for scripts). On a terminal: quoted as git
     # quotes them, so a name cannot drive the terminal (OSC 52, erase line) or reorder text.
@@ -289,13 +368,18 @@ async def _changes(client: SandvisorClient, args: argparse.Namespace, sid: str) 
         size = None if c.get("file_type") == "dir" or c.get("kind") == "deleted" else c["size"]
         rows.append([c["kind"], path, _size(size, plain), one_line(_notes(c, name, text), None)])
     print_table(["kind", "path", "size", "notes"], rows)
-    if not plain:
-        conflicts = sum(1 for c in found if c.get("conflict"))
-        tail = f", {conflicts} in conflict with host edits" if conflicts else ""
-        sys.stdout.write(
-            f"\n{len(found)} change(s){tail}. Review: sandvisor workspace diff; keep them: "
-            f"sandvisor workspace apply{_session_flag(args, sid)}\n"
-        )
+    if plain:
+        if following is not None:  # stdout stays the rows
+            sys.stderr.write(f"sandvisor: {more}")
+        return 0
+    conflicts = sum(1 for c in found if c.get("conflict"))
+    tail = f", {conflicts} in conflict with host edits" if conflicts else ""
+    if following is not None:
+        sys.stdout.write(f"\n{more}")
+    sys.stdout.write(
+        f"\n{len(found)} change(s){tail}. Review: sandvisor workspace diff; keep them: "
+        f"sandvisor workspace apply{_session_flag(args, sid)}\n"
+    )
     return 0
 
 
@@ -326,9 +410,10 @@ def _names(paths: list[str]) -> list[str]:
 
 
 async def _apply(client: SandvisorClient, args: argparse.Namespace, sid: str) -> int:
-    # What apply writes is what this listing shows: a task stopped by --stop-tasks that
-    # writes on its way out makes the apply refuse (nothing written), never slip in.
-    review = client.reviewed(await client.workspace_changes(sid))
+    # What apply writes is what this listing shows (every page of it): a task stopped by
+    # --stop-tasks that writes on its way out makes the apply refuse (nothing written), never
+    # slip in.
+    review = client.reviewed(await client.workspace_changes(sid, on_page=_progress()))
     result = await client.apply_changes(
         sid, force=args.force, stop_tasks=args.stop_tasks, reviewed=review
     )

@@ -220,6 +220,19 @@ class ChangeInfo(_Reply):
     makes apply write exactly what was reviewed, or refuse."""
 
 
+class ChangesPage(_Reply):
+    """A page of a session's changes, sorted by path."""
+
+    changes: list[ChangeInfo]
+    """At most ``limit`` changes, the first ones after ``after``."""
+    total: int
+    """Every change of the listing (the ignored ones only with ``ignored=true``)."""
+    next: str | None
+    """The ``after`` of the next page; null when this page is the last. A path, or
+    ``b64:`` and the base64 of its bytes for a name that is not UTF-8 or begins with
+    ``b64:``."""
+
+
 class Discarded(_Reply):
     """What discarding a workspace's changes did."""
 

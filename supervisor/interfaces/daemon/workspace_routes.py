@@ -11,23 +11,25 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from enum import Enum
 from typing import Annotated, Any
 
 from fastapi import Body, FastAPI, Query
 from fastapi.responses import Response
+from pydantic import AfterValidator
 
 from supervisor.core.errors import SessionNotFound
+from supervisor.core.workspace_pages import CURSOR_MAX, PAGE_DEFAULT, PAGE_MAX
 from supervisor.interfaces.daemon.auth import Principal
 from supervisor.interfaces.daemon.bodies import ApplyBody, DiscardBody, UndoBody
-from supervisor.interfaces.daemon.deps import BOOLEAN, SessionId, Who
-from supervisor.interfaces.daemon.replies import ChangeInfo, Discarded, error_responses
+from supervisor.interfaces.daemon.deps import BOOLEAN, INTEGER, SessionId, Who
+from supervisor.interfaces.daemon.replies import ChangesPage, Discarded, error_responses
 from supervisor.runtime.session import Session
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.workspace import Workspace
-from supervisor.state.workspace import ApplyResult, Change, UndoResult
+from supervisor.state.workspace import ApplyResult, ChangePage, UndoResult
 
 _WS = "/sessions/{session_id}/workspace"
 _TAGS: list[str | Enum] = ["workspace"]
@@ -70,17 +72,21 @@ class _Target:
             # Raises SessionNotFound when no changes of this session are kept either.
             self.kept = sup.workspace(session_id)
 
-    async def changes(self) -> list[Change]:
+    async def changes(self, limit: int, after: str | None, ignored: bool) -> ChangePage:
         if self.session is not None:
-            return await self.session.workspace_changes()
+            return await self.session.workspace_changes_page(
+                limit=limit, after=after, ignored=ignored
+            )
         assert self.kept is not None
-        return await self.kept.changes()
+        return await self.kept.changes_page(limit=limit, after=after, ignored=ignored)
 
-    async def diff(self, full: bool) -> str:
+    async def diff(self, full: bool, limit: int | None, after: str | None, ignored: bool) -> str:
         if self.session is not None:
-            return await self.session.workspace_diff(full=full)
+            return await self.session.workspace_diff(
+                full=full, limit=limit, after=after, ignored=ignored
+            )
         assert self.kept is not None
-        return await self.kept.diff(full=full)
+        return await self.kept.diff(full=full, limit=limit, after=after, ignored=ignored)
 
     async def apply(self, body: ApplyBody) -> ApplyResult:
         if self.session is not None:
@@ -105,9 +111,48 @@ class _Target:
         await self.sup.workspaces.drop(self.session_id)
 
 
-def _encode_changes(found: Sequence[Change], ignored: bool) -> bytes:
-    """The JSON list (a worker thread's job: a listing holds up to 100 000 changes)."""
-    return json.dumps([c.to_dict() for c in found if ignored or not c.ignored]).encode()
+def _encode_page(page: ChangePage) -> bytes:
+    """The JSON answer (a worker thread's job: a page holds up to 10 000 changes)."""
+    return json.dumps(page.to_dict()).encode()
+
+
+def _page_size(limit: int | None) -> int | None:
+    """The range checked here, so the 422 says all of it (``ge``/``le`` name one bound)."""
+    if limit is not None and not 1 <= limit <= PAGE_MAX:
+        raise ValueError(f"must be an integer from 1 to {PAGE_MAX} (got {limit})")
+    return limit
+
+
+#: The range in the OpenAPI document; ``_page_size`` enforces it.
+_RANGE = {"minimum": 1, "maximum": PAGE_MAX}
+#: ``limit``: changes in a page.
+_Limit = Annotated[
+    int,
+    Query(description=f"Changes in the page, 1 to {PAGE_MAX}", json_schema_extra=_RANGE),
+    INTEGER,
+    AfterValidator(_page_size),
+]
+#: ``limit`` of the diff: none for the whole diff.
+_DiffLimit = Annotated[
+    int | None,
+    Query(
+        description=f"Only the changes of this page (1 to {PAGE_MAX}), as `changes` cuts it "
+        "with the same `limit`, `after` and `ignored`; omitted: the whole diff",
+        json_schema_extra=_RANGE,
+    ),
+    INTEGER,
+    AfterValidator(_page_size),
+]
+#: ``after``: the cursor, a path.
+_After = Annotated[
+    str | None,
+    Query(
+        max_length=CURSOR_MAX,
+        description="Only the changes after this path in the listing's order (a page's "
+        "`next`); a name that is not UTF-8 or begins with `b64:` as `b64:` and the base64 of "
+        "its bytes",
+    ),
+]
 
 
 def add_workspace_routes(api: FastAPI, sup: Supervisor) -> None:
@@ -127,20 +172,26 @@ def add_workspace_routes(api: FastAPI, sup: Supervisor) -> None:
     @api.get(
         f"{_WS}/changes",
         tags=_TAGS,
-        response_model=list[ChangeInfo],
+        response_model=ChangesPage,
         responses=error_responses(400, 404, 409),
     )
     async def workspace_changes(
         session_id: SessionId,
         who: Who,
         ignored: Annotated[bool, Query(), BOOLEAN] = False,
+        limit: _Limit = PAGE_DEFAULT,
+        after: _After = None,
     ) -> Response:
-        """What the session's tasks changed in its overlay workspace, sorted by path
-        (``ignored=true``: also what .gitignore and the default ignores leave out, such as
-        node_modules or .venv). Each change says whether it conflicts with a host edit."""
+        """A page of what the session's tasks changed in its overlay workspace, sorted by
+        path (``ignored=true``: also what .gitignore and the default ignores leave out,
+        such as node_modules or .venv): at most ``limit`` changes after ``after``, with
+        ``total`` and ``next`` (the ``after`` of the next page, null after the last). Each
+        change says whether it conflicts with a host edit. The first page walks the
+        session's layer; the pages after it are cut from that walk for 60 s (one snapshot),
+        and only a page's own files are hashed."""
         target = _Target(sup, session_id, who)
-        found = await target.changes()
-        body = await asyncio.to_thread(_encode_changes, found, ignored)
+        page = await target.changes(limit, after, ignored)
+        body = await asyncio.to_thread(_encode_page, page)
         return Response(body, media_type="application/json")
 
     @api.get(
@@ -153,10 +204,15 @@ def add_workspace_routes(api: FastAPI, sup: Supervisor) -> None:
         session_id: SessionId,
         who: Who,
         full: Annotated[bool, Query(), BOOLEAN] = False,
+        limit: _DiffLimit = None,
+        after: _After = None,
+        ignored: Annotated[bool, Query(), BOOLEAN] = False,
     ) -> DiffResponse:
         """The changes as one unified diff (``git apply`` accepts it in the project). Files
-        over 1 MiB are a comment with their sizes and sha256 unless ``full=true``."""
-        text = await _Target(sup, session_id, who).diff(full)
+        over 1 MiB are a comment with their sizes and sha256 unless ``full=true``. With
+        ``limit``: the diff of one page of ``changes`` only (the same ``limit``, ``after``
+        and ``ignored``; ignored changes are still left out of the diff itself)."""
+        text = await _Target(sup, session_id, who).diff(full, limit, after, ignored)
         data = await asyncio.to_thread(text.encode, "utf-8", "surrogateescape")
         return DiffResponse(data, media_type="text/x-diff; charset=utf-8")
 

@@ -354,19 +354,28 @@ class SessionBridge:
         info = await self._start(spec)
         return texts.monitor_started(info, timeout_ms, spec.get("poll_every_s"))
 
-    async def workspace_changes(self, include_diff: bool, ignored: bool) -> str:
+    async def workspace_changes(
+        self, include_diff: bool, ignored: bool, after: str | None = None
+    ) -> str:
         why = workspace_texts.not_reviewable(self.workspace)
         if why is not None or self.workspace is None:
             return why or ""
-        found = await self.client.workspace_changes(self.session_id, ignored=ignored)
-        diff = await self.client.workspace_diff(self.session_id) if include_diff else None
-        return workspace_texts.changes_text(self.workspace, self.session_id, found, diff)
+        limit = workspace_texts.MAX_LISTED
+        page = await self.client.workspace_changes_page(
+            self.session_id, ignored=ignored, limit=limit, after=after
+        )
+        diff = None
+        if include_diff:  # of this page's changes only
+            diff = await self.client.workspace_diff(
+                self.session_id, limit=limit, after=after, ignored=ignored
+            )
+        return workspace_texts.changes_text(self.workspace, self.session_id, page, diff, after)
 
     async def workspace_apply(self, force: bool, stop_tasks: bool) -> str:
         why = workspace_texts.not_reviewable(self.workspace)
         if why is not None:
             return why
-        listed = await self.client.workspace_changes(self.session_id)
+        listed = await self.client.workspace_changes(self.session_id)  # every page
         result = await self.client.apply_changes(
             self.session_id,
             force=force,

@@ -54,6 +54,7 @@ from supervisor.interfaces.mcp.texts import (
     WaitTimeout,
 )
 from supervisor.interfaces.mcp.workspace_texts import (
+    After,
     Force,
     IncludeDiff,
     IncludeIgnored,
@@ -232,9 +233,14 @@ def _workspace_tools(server: MCPServer, bridge: SessionBridge, allow_apply: bool
         structured_output=False,
     )
     async def workspace_changes(
-        ctx: Context, include_diff: IncludeDiff = True, ignored: IncludeIgnored = False
+        ctx: Context,
+        include_diff: IncludeDiff = True,
+        ignored: IncludeIgnored = False,
+        after: After = None,
     ) -> types.CallToolResult:
-        return await bridge.run_tool(ctx, lambda: bridge.workspace_changes(include_diff, ignored))
+        return await bridge.run_tool(
+            ctx, lambda: bridge.workspace_changes(include_diff, ignored, after)
+        )
 
     if not allow_apply:
         return

@@ -4,6 +4,7 @@ workspace tools' descriptions and arguments, and their results."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Final
 
 from pydantic import Field
@@ -12,7 +13,8 @@ from supervisor.core.text import format_duration
 from supervisor.interfaces.mcp.specs import POLL_TAIL_CHARS
 from supervisor.interfaces.mcp.texts import MAX_OUTPUT_CHARS
 
-#: Changes a ``workspace_changes`` result lists before it says how many more there are.
+#: Changes in one ``workspace_changes`` result (a page; the result gives the next one's
+#: ``after``).
 MAX_LISTED: Final = 200
 
 #: A workspace as the daemon describes it (``WorkspaceInfo``): path, container_path, mode...
@@ -126,8 +128,9 @@ task_output repeatedly; polls stop when it ends.
 WORKSPACE_CHANGES_DESCRIPTION = (
     "Show what your commands changed in the project directory and have not been applied to "
     "the project on the host yet: each added, modified, deleted or re-moded file, then the "
-    "changes as a unified diff (bounded in size). Read-only: applying them is the user's "
-    "decision."
+    f"changes as a unified diff (bounded in size). {MAX_LISTED} changes at a time, sorted by "
+    "path: when there are more, the result ends with the `after` value that gives the next "
+    "ones. Read-only: applying them is the user's decision."
 )
 WORKSPACE_APPLY_DESCRIPTION = (
     "Apply your changes to the project on the host (what workspace_changes shows, ignored "
@@ -138,6 +141,14 @@ WORKSPACE_APPLY_DESCRIPTION = (
 
 IncludeDiff = Annotated[
     bool, Field(description="Also return the changes as a unified diff (default true).")
+]
+After = Annotated[
+    str | None,
+    Field(
+        description="Only the changes after this one (the `after` value the previous "
+        "result gave, exactly as given); omitted: from the first.",
+        max_length=8192,
+    ),
 ]
 IncludeIgnored = Annotated[
     bool,
@@ -178,26 +189,42 @@ def _line(c: dict[str, Any]) -> str:
 
 
 def changes_text(
-    ws: WorkspaceJson, session_id: str, found: list[dict[str, Any]], diff: str | None
+    ws: WorkspaceJson,
+    session_id: str,
+    page: dict[str, Any],
+    diff: str | None,
+    after: str | None = None,
 ) -> str:
-    """A ``workspace_changes`` result: the list, then the diff, within MAX_OUTPUT_CHARS."""
+    """A ``workspace_changes`` result: one page of the list, then its diff, within
+    MAX_OUTPUT_CHARS, then the ``after`` of the next page when there is one."""
     where = f"Workspace {ws['path']} (overlay, session {session_id})"
     apply_hint = (
         f"Applying them to the project is the user's decision (`sandvisor workspace apply "
         f"--session {session_id}`)."
     )
+    found: list[dict[str, Any]] = page["changes"]
+    total, following = int(page["total"]), page.get("next")
     if not found:
+        if after is not None:
+            return f"{where}: no changes after {json.dumps(after)} ({total} in all)."
         return f"{where}: no changes that are not applied yet."
     conflicts = sum(1 for c in found if c.get("conflict"))
-    head = f"{where}: {len(found)} change(s) not applied to the project yet"
+    head = f"{where}: {total} change(s) not applied to the project yet"
+    if after is not None or following is not None:
+        head += f"; {len(found)} of them here, sorted by path"
+        head += f", after {json.dumps(after)}" if after is not None else ""
     head += f", {conflicts} in conflict with edits made on the host meanwhile" if conflicts else ""
     lines = [head + ":"]
-    lines += [_line(c) for c in found[:MAX_LISTED]]
-    if len(found) > MAX_LISTED:
-        lines.append(f"... and {len(found) - MAX_LISTED} more")
+    lines += [_line(c) for c in found]
+    more = ""
+    if following is not None:
+        more = (
+            f"More changes follow: call workspace_changes with after={json.dumps(following)} "
+            "for the next ones."
+        )
     text = "\n".join(lines)
     if diff is not None:
-        room = MAX_OUTPUT_CHARS - len(text) - len(apply_hint) - 200
+        room = MAX_OUTPUT_CHARS - len(text) - len(apply_hint) - len(more) - 200
         if not diff:
             text += "\n\n(the diff is empty: only directories or special files changed)"
         elif len(diff) <= room:
@@ -210,7 +237,7 @@ def changes_text(
                 "\n[... diff truncated; the user sees all of it with `sandvisor workspace diff "
                 f"--session {session_id}` ...]"
             )
-    return f"{text}\n\n{apply_hint}"
+    return f"{text}\n\n{more + chr(10) if more else ''}{apply_hint}"
 
 
 def not_reviewable(ws: WorkspaceJson | None) -> str | None:

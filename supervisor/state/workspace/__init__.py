@@ -1,7 +1,7 @@
 """Workspace changes: list, diff, apply, undo and discard what an overlay upper holds."""
 
 from supervisor.state.workspace.applier import apply
-from supervisor.state.workspace.changes import list_changes
+from supervisor.state.workspace.changes import classify, list_changes
 from supervisor.state.workspace.cleanup import discard, prune_upper, remove_workspace, reset_upper
 from supervisor.state.workspace.errors import (
     NoBackup,
@@ -16,12 +16,14 @@ from supervisor.state.workspace.models import (
     ApplyResult,
     Change,
     ChangeKind,
+    ChangePage,
     FileType,
     IgnoreRules,
     SkippedChange,
     UndoResult,
     display_path,
 )
+from supervisor.state.workspace.paging import add_digests, page_of
 from supervisor.state.workspace.patch import diff, iter_diff
 from supervisor.state.workspace.rollback import latest_backup, undo
 
@@ -31,6 +33,7 @@ __all__ = [
     "ApplyResult",
     "Change",
     "ChangeKind",
+    "ChangePage",
     "FileType",
     "Identity",
     "IgnoreRules",
@@ -42,8 +45,10 @@ __all__ = [
     "UnsafeWorkspacePath",
     "WorkspaceConflict",
     "WorkspaceError",
+    "add_digests",
     "apply",
     "check_project",
+    "classify",
     "diff",
     "discard",
     "display_path",
@@ -51,6 +56,7 @@ __all__ = [
     "latest_backup",
     "list_changes",
     "open_project",
+    "page_of",
     "prune_upper",
     "remove_workspace",
     "reset_upper",

@@ -1,11 +1,11 @@
 """Lists what an overlay upper changes in its lower, with conflicts against the manifest.
 
-Walks the upper (offline) beside the lower and classifies every entry.
+Walks the upper (offline) beside the lower and classifies every entry (``classify``);
+``list_changes`` hashes every entry, a page (``paging.page_of``) only its own.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import stat
@@ -17,7 +17,6 @@ from supervisor.state.workspace.fsutil import (
     HEAD_BYTES,
     MAX_DEPTH,
     O_DIR,
-    DirCache,
     Identity,
     dir_markers,
     file_type,
@@ -26,7 +25,6 @@ from supervisor.state.workspace.fsutil import (
     lstat_at,
     open_dir,
     open_project,
-    open_regular,
     read_head,
     same_bytes,
     too_deep,
@@ -35,6 +33,7 @@ from supervisor.state.workspace.fsutil import (
 from supervisor.state.workspace.ignore import mark_ignored
 from supervisor.state.workspace.manifest import Manifest, differs
 from supervisor.state.workspace.models import Change, IgnoreRules
+from supervisor.state.workspace.paging import add_digests
 
 APPEARED = "appeared on the host since the session started"
 REMOVED = "removed on the host since the session started"
@@ -52,8 +51,24 @@ def list_changes(
     lower_id: Identity | None = None,
 ) -> list[Change]:
     """Every change the (unmounted) ``upper`` makes to ``lower``, sorted by path (parents
-    before children). See ``Change`` for the fields; entries whose bytes and mode
-    equal the lower's are left out, and a deleted directory is one change."""
+    before children), each with its ``digest``. See ``Change`` for the fields; entries
+    whose bytes and mode equal the lower's are left out, and a deleted directory is one
+    change."""
+    changes = classify(lower, upper, manifest, rules, lower_id=lower_id)
+    add_digests(upper, changes)
+    return changes
+
+
+def classify(
+    lower: str | os.PathLike[str],
+    upper: str | os.PathLike[str],
+    manifest: Manifest,
+    rules: IgnoreRules | None = None,
+    *,
+    lower_id: Identity | None = None,
+) -> list[Change]:
+    """``list_changes`` without the digests (the walk, the conflicts and the ignore marks:
+    what a page is cut from; hashing is left to the page's entries)."""
     walker = Walker(manifest)
     lower_fd = open_project(lower, lower_id)
     try:
@@ -72,37 +87,11 @@ def list_changes(
                 hidden=walker.hidden,
                 ignore_touched=walker.ignore_touched,
             )
-            _digests(upper_fd, changes)
         finally:
             os.close(upper_fd)
     finally:
         os.close(lower_fd)
     return changes
-
-
-def _digests(upper_fd: int, changes: list[Change]) -> None:
-    """Set each change's ``digest`` from the upper's entry as it is now."""
-    udirs = DirCache(upper_fd)
-    try:
-        for c in changes:
-            h = hashlib.sha256(f"{c.kind}\0{c.file_type}\0{c.new_mode}\0".encode())
-            if c.kind != "deleted" and c.file_type == "file":
-                parent, _, name = c.path.rpartition("/")
-                try:
-                    fd = open_regular(name, udirs.get(parent))
-                except (OSError, WorkspaceError):
-                    h.update(b"\0unreadable")
-                else:
-                    try:
-                        while chunk := os.read(fd, 1 << 20):
-                            h.update(chunk)
-                    finally:
-                        os.close(fd)
-            elif c.target is not None:
-                h.update(os.fsencode(c.target))
-            c.digest = h.hexdigest()
-    finally:
-        udirs.close()
 
 
 def _binary(name: str, dir_fd: int, size: int) -> bool:

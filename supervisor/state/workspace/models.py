@@ -146,6 +146,26 @@ class Change:
         return out
 
 
+@dataclass(slots=True)
+class ChangePage:
+    """One page of a listing (see ``supervisor.core.workspace_pages``)."""
+
+    changes: list[Change]
+    """The page's changes, in the listing's order, their digests read as the page was cut."""
+    total: int
+    """Every change of the listing the page was cut from (after the ignored filter)."""
+    next: str | None
+    """The cursor of the next page (``after`` for it), or None when this page is the last."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict: ``changes`` (``Change.to_dict`` each), ``total``, ``next``."""
+        return {
+            "changes": [c.to_dict() for c in self.changes],
+            "total": self.total,
+            "next": self.next,
+        }
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -69,8 +69,9 @@ async function refreshChanges(sid) {
     changes.set(sid, s.workspace.mode === "rw" ? "written through" : "read-only");
   } else {
     try {
-      const list = await api(`/sessions/${encodeURIComponent(sid)}/workspace/changes`);
-      changes.set(sid, list.length);
+      // One change is enough: the page's total counts them all (without hashing them).
+      const page = await api(`/sessions/${encodeURIComponent(sid)}/workspace/changes?limit=1`);
+      changes.set(sid, page.total);
     } catch {
       changes.set(sid, "?");
     }

@@ -51,8 +51,8 @@ const refreshChanges = throttle(async () => {
   let pending = "";
   if (ws.mode === "overlay") {
     try {
-      const list = await api(`${base}/workspace/changes`);
-      pending = `${list.length} pending change${list.length === 1 ? "" : "s"} (sandvisor workspace diff / apply)`;
+      const { total } = await api(`${base}/workspace/changes?limit=1`);
+      pending = `${total} pending change${total === 1 ? "" : "s"} (sandvisor workspace diff / apply)`;
     } catch (err) {
       pending = `changes unknown (${err.message})`;
     }
