@@ -218,11 +218,17 @@ class EngineChecks:
             self._engine_ok = True
             self._state, self._why = "up", ""
             return
-        # No answer: refused (down), or taken and never answered (wedged)? A ping that ran
-        # out of time says wedged (Deadlines keeps it); else the canary decides.
+        # No answer: refused (down), taken and never answered (wedged), or only late (a
+        # loaded machine)? A ping that ran out of time says wedged (Deadlines keeps it);
+        # else the canary decides, and a canary that completes means the start goes on.
         self._refuse_if_wedged()
-        if self._watch is not None and await self.look() == "wedged":
-            self._refuse_if_wedged()
+        if self._watch is not None:
+            verdict = await self.look()
+            if verdict == "up":
+                log.info("engine_ping_late", why="the canary completed; the start goes on")
+                return
+            if verdict == "wedged":
+                self._refuse_if_wedged()
         self.mark_engine_down("ping failed")
         raise EngineUnavailable(
             "the Docker engine does not answer; start it with `make engine` "
