@@ -150,8 +150,8 @@ class Workspace:
 
     def _prepare_dirs(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for d in (self.upper, self.work):
-            d.mkdir(exist_ok=True)
+        self.upper.mkdir(exist_ok=True)
+        changes_fs.take_work_dir(self.work)
         uid, gid = self.upper_owner
         os.chown(self.upper, uid, gid)
         os.chmod(self.upper, os.stat(self.plan.host).st_mode & 0o7777)

@@ -7,7 +7,6 @@ changed or reached a task or a review.
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 from collections.abc import AsyncIterator
@@ -26,15 +25,19 @@ from tests.adversarial.test_workspace_attacks import _git_repo, _git_status
 from tests.conftest import POLICIES, require_engine
 from tests.integration.workspaces.support import chown_tree, tree_hash
 from tests.unit.workspace_tools import snapshot
+from tests.users import AS_ROOT, root_only
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(os.geteuid() != 0, reason="root-owned files and mounts need root"),
 ]
 
 
+#: The mode of a file the task may not read: root's 0600 as root, the owner's 000 otherwise.
+UNREADABLE = 0o600 if AS_ROOT else 0o000
+
+
 def _outside(arena: Arena) -> tuple[Path, str]:
-    """A host directory outside every workspace root, with a root-only secret in it."""
+    """A host directory outside every workspace root, with a 0600 secret in it."""
     outside = arena.tmp_path / "outside"
     outside.mkdir()
     token = secrets.token_hex(16)
@@ -155,9 +158,11 @@ async def test_ws_planted_git_symlink_is_never_bound(ws_arena: Arena) -> None:
 
 
 async def test_ws_diff_hides_what_the_task_could_not_read(ws_arena: Arena) -> None:
-    """Item 3: root-only files in a user's project, which the task can delete (the
-    directory is its own) but not read, never show their bytes in a review; nor does a
-    git-ignored one whose rule the task removed."""
+    """Item 3: files in a user's project which the task can delete (the directory is its
+    own) but not read, never show their bytes in a review; nor does a git-ignored one whose
+    rule the task removed. As root they are root's (0600); as a non-root user, who cannot
+    make a file of root's, they are the user's own with mode 000: the task runs as the
+    owner without capabilities, so it cannot read them either."""
     arena = ws_arena
     project = arena.workspace / "proj"
     project.mkdir()
@@ -169,11 +174,11 @@ async def test_ws_diff_hides_what_the_task_could_not_read(ws_arena: Arena) -> No
     for name, token in (("server.key", key_token), (".env", env_token)):
         path = project / name
         path.write_text(f"SECRET={token}\n")
-        path.chmod(0o600)  # owned by root
-    # A directory of the task's own with a root-only file: removed as a whole.
+        path.chmod(UNREADABLE)
+    # A directory of the task's own with a file it may not read: removed as a whole.
     inner = project / "private" / "inner.key"
     inner.write_text(f"inner {key_token}\n")
-    inner.chmod(0o600)
+    inner.chmod(UNREADABLE)
     await arena.open_workspace("unreadable", project)
     r = await arena.run(
         "cat server.key; echo cat=$?; rm -rf server.key .env private open.txt; echo rm=$?; "
@@ -191,6 +196,7 @@ async def test_ws_diff_hides_what_the_task_could_not_read(ws_arena: Arena) -> No
     await arena.finish()
 
 
+@root_only("mounts a tmpfs inside the project")
 async def test_ws_diff_never_crosses_a_mount_inside_the_project(ws_arena: Arena) -> None:
     """Item 4: a filesystem mounted at ``proj/data`` on the host; the task (which sees the
     empty directory underneath) removes it; the review must not read the mount."""

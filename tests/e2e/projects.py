@@ -9,9 +9,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tests.unit.workspace_tools import snapshot
+from tests.users import PROJECT_OWNER
 
-#: The owner of test projects: a user, as on a developer's machine (not root).
-OWNER = (1000, 1000)
+#: The owner of test projects: a user, as on a developer's machine (not root): uid 1000 as
+#: root, else the user running the tests (``tests/users.py``).
+OWNER = PROJECT_OWNER
 
 
 def make_project(

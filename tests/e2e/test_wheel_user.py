@@ -7,7 +7,7 @@ project's ``run --policy dev`` then ``workspace changes``/``diff``/``apply``/``u
 write inside its home: the tool alone has the version, every policy, the image sources, and
 runs a command on the engine.
 
-Needs root (to create the user; CI is root): skipped only when not root. The daemon the
+Needs root (to create the user, ``tests/users.py``; CI is root): skipped only when not root. The daemon the
 quick start autostarts is stopped at the end, by its pid (a tool install's daemon at the end
 of its test, which then removes the tool's folder); the user is removed only if this test
 created it."""
@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import grp
 import hashlib
 import json
 import os
-import pwd
 import re
 import shutil
 import signal
@@ -37,12 +35,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_engine
+from tests.users import HostUser, docker_group_user
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
-USER = "sandvisor-e2e"
-UID = 1500
 PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check")
 #: Never shipped (setup.py leaves them out of the wheel): image build scratch and caches.
 NOT_SHIPPED = {".build", "__pycache__"}
@@ -68,23 +65,17 @@ asyncio.run(main())
 
 
 @dataclass
-class User:
+class User(HostUser):
     """The non-root user, its venv with the wheel installed, and how to run things as it.
 
     ``work`` holds the wheel and the wheelhouse of its dependencies (readable by the user).
     A copy with ``bin_dir`` and ``state`` set is the same user with a tool installer's
     ``sandvisor`` and a state directory of its own (``$SANDVISOR_STATE_DIR`` in ``env``)."""
 
-    name: str
-    uid: int
-    gid: int
-    groups: list[int]
-    home: Path
-    venv: Path
-    env: dict[str, str]
-    wheel: Path
-    wheelhouse: Path
-    work: Path
+    venv: Path = Path()
+    wheel: Path = Path()
+    wheelhouse: Path = Path()
+    work: Path = Path()
     daemon_pids: set[int] = field(default_factory=set)
     bin_dir: Path | None = None
     state: Path | None = None
@@ -105,36 +96,10 @@ class User:
     def run(
         self, *argv: str, cwd: Path | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
-        # A process group of its own: on a timeout, what it started (an MCP server) goes too.
-        proc = subprocess.Popen(
-            list(argv),
-            user=self.uid,
-            group=self.gid,
-            extra_groups=self.groups,
-            env=self.env,
-            cwd=cwd or self.home,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            pytest.fail(f"{argv} did not finish within {timeout} s:\n{out}\n{err}")
-        result = subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+        result = super().run(*argv, cwd=cwd, timeout=timeout)
         for pid in re.findall(r"started one in the background \(pid (\d+)", result.stderr):
             self.daemon_pids.add(int(pid))
         return result
-
-    def ok(self, *argv: str, cwd: Path | None = None, timeout: float = 120) -> str:
-        result = self.run(*argv, cwd=cwd, timeout=timeout)
-        assert result.returncode == 0, (argv, result.returncode, result.stdout, result.stderr)
-        assert "Traceback" not in result.stderr, result.stderr
-        return result.stdout
 
     def cli(self, *args: str, cwd: Path | None = None, timeout: float = 120) -> str:
         """``sandvisor ARGS`` as the user; its stdout (it must exit 0)."""
@@ -190,78 +155,48 @@ def _leftovers(pids: set[int]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def user() -> Iterator[User]:
-    if os.geteuid() != 0:
-        pytest.skip("creates a user: needs root (CI runs as root)")
-    require_engine()
-    try:
-        docker_gid = grp.getgrnam("docker").gr_gid
-    except KeyError:
-        pytest.fail("no docker group: the engine's socket must be reachable by a group")
-    work = Path(tempfile.mkdtemp(prefix="sandvisor-wheel-"))
-    work.chmod(0o755)  # the user installs from here
-    created = False
-    try:
-        # The wheel, and a wheelhouse of its dependencies (from pip's cache when it has them).
-        dist, wheelhouse = work / "dist", work / "wheelhouse"
-        _root_run(*PIP, "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO))
-        [wheel] = dist.glob("sandbox_supervisor-*.whl")
-        _root_run(*PIP, "wheel", "-q", "-w", str(wheelhouse), str(wheel))
-        for path in work.rglob("*"):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-
+    with docker_group_user() as host:
+        require_engine()
+        work = Path(tempfile.mkdtemp(prefix="sandvisor-wheel-"))
+        work.chmod(0o755)  # the user installs from here
         try:
-            pwd.getpwnam(USER)
-        except KeyError:
-            uid_free = True
+            # The wheel, and a wheelhouse of its dependencies (from pip's cache when it has them).
+            dist, wheelhouse = work / "dist", work / "wheelhouse"
+            _root_run(*PIP, "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO))
+            [wheel] = dist.glob("sandbox_supervisor-*.whl")
+            _root_run(*PIP, "wheel", "-q", "-w", str(wheelhouse), str(wheel))
+            for path in work.rglob("*"):
+                path.chmod(0o755 if path.is_dir() else 0o644)
+            venv = host.home / "venv"
+            env = {**host.env, "PATH": f"{venv}/bin:{host.env['PATH']}"}
+            u = User(
+                **{**vars(host), "env": env},
+                venv=venv,
+                wheel=wheel,
+                wheelhouse=wheelhouse,
+                work=work,
+            )
+            shutil.rmtree(u.state_dir, ignore_errors=True)  # a previous run's, if any
+            shutil.rmtree(venv, ignore_errors=True)
+            u.ok("python3", "-m", "venv", str(venv))
+            u.ok(
+                str(venv / "bin" / "pip"),
+                "install",
+                "-q",
+                "--no-index",
+                "--find-links",
+                str(wheelhouse),
+                str(wheel),
+                timeout=240,
+            )
             try:
-                pwd.getpwuid(UID)
-                uid_free = False
-            except KeyError:
-                pass
-            args = ["useradd", "-m", "-G", "docker", "-s", "/bin/sh"]
-            _root_run(*args, *(["-u", str(UID)] if uid_free else []), USER)
-            created = True
-        entry = pwd.getpwnam(USER)
-        home = Path(entry.pw_dir)
-        home.chmod(0o700)
-        venv = home / "venv"
-        env = {
-            "HOME": str(home),
-            "USER": USER,
-            "LOGNAME": USER,
-            "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
-            "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "CI"):
-            if os.environ.get(name):
-                env[name] = os.environ[name]
-        u = User(
-            USER, entry.pw_uid, entry.pw_gid, [docker_gid], home, venv, env, wheel, wheelhouse, work
-        )
-        shutil.rmtree(u.state_dir, ignore_errors=True)  # a previous run's, if any
-        shutil.rmtree(venv, ignore_errors=True)
-        u.ok("python3", "-m", "venv", str(venv))
-        u.ok(
-            str(venv / "bin" / "pip"),
-            "install",
-            "-q",
-            "--no-index",
-            "--find-links",
-            str(wheelhouse),
-            str(wheel),
-            timeout=240,
-        )
-        try:
-            yield u
+                yield u
+            finally:
+                _stop_daemon(u)
+                left = _leftovers(u.daemon_pids)
+                assert left == [], f"the user's daemon left containers behind: {left}"
         finally:
-            _stop_daemon(u)
-            left = _leftovers(u.daemon_pids)
-            assert left == [], f"the user's daemon left containers behind: {left}"
-    finally:
-        if created:
-            _root_run("userdel", "-r", USER)
-        shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def test_the_installed_wheel_has_its_policies_images_and_version(user: User) -> None:

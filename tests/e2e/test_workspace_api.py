@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from tests.e2e.conftest import Daemon, projects_root
 from tests.e2e.projects import OWNER, contents, make_project, tree_hash
 from tests.unit.workspace_tools import git_apply, git_view
+from tests.users import root_only
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -259,32 +261,45 @@ def policies_dir(policies_dir: Path) -> Path:
     return policies_dir
 
 
+def creator(c: httpx.Client) -> Callable[..., httpx.Response]:
+    """``create(sid, path, mode="overlay", **extra)``: ``POST /sessions`` on a workspace."""
+
+    def create(sid: str, path: Path, mode: str = "overlay", **extra: Any) -> httpx.Response:
+        body = {"session_id": sid, "workspace": {"path": str(path), "mode": mode}, **extra}
+        return c.post("/sessions", json=body)
+
+    return create
+
+
+@root_only("makes a project owned by root")
+def test_a_root_owned_project_is_refused_or_run_as_nobody(daemon: Daemon, tmp_path: Path) -> None:
+    rooted = make_project(projects_root(tmp_path) / "rooted", {"f": "x"}, owner=(0, 0))
+    with daemon.client() as c:
+        create = creator(c)
+        message = error(create("r6", rooted, policy="refuse"), 400, "policy_error")["message"]
+        assert "owned by root" in message
+        assert c.get("/sessions/r6").status_code == 404
+        # A root-owned project under the default policy runs its tasks as nobody.
+        assert create("r8", rooted).json()["workspace"]["owner"] == {"uid": 0, "gid": 0}
+        assert run(c, "r8", "id -u")["output"].strip() == "65534"
+
+
 def test_refusals(daemon: Daemon, tmp_path: Path) -> None:
     root = projects_root(tmp_path)
     project = make_project(root / "app", {"f": "x"})
     outside = make_project(tmp_path / "elsewhere", {"f": "x"})
     colon = make_project(root / "a:b", {"f": "x"})
-    rooted = make_project(root / "rooted", {"f": "x"}, owner=(0, 0))
     with daemon.client() as c:
-
-        def create(sid: str, path: Path, mode: str = "overlay", **extra: Any) -> httpx.Response:
-            body = {"session_id": sid, "workspace": {"path": str(path), "mode": mode}, **extra}
-            return c.post("/sessions", json=body)
-
+        create = creator(c)
         out = error(create("r1", outside), 400, "workspace_outside_roots")
         assert out["roots"] == [str(root)] and str(outside) in out["message"]
         assert "overlay" in error(create("r2", colon), 400, "policy_error")["message"]
         error(create("r3", daemon.state_dir), 400, "workspace_outside_roots")
         error(create("r4", project / "f"), 400, "policy_error")
         error(create("r5", root / "missing"), 400, "policy_error")
-        message = error(create("r6", rooted, policy="refuse"), 400, "policy_error")["message"]
-        assert "owned by root" in message
         error(create("r7", project, policy="no-such-policy"), 400, "policy_error")
         bad_mode = c.post("/sessions", json={"workspace": {"path": str(project), "mode": "x"}})
         error(bad_mode, 422, "invalid_request")
-        # A root-owned project under the default policy runs its tasks as nobody.
-        assert create("r8", rooted).json()["workspace"]["owner"] == {"uid": 0, "gid": 0}
-        assert run(c, "r8", "id -u")["output"].strip() == "65534"
         assert not any(c.get(f"/sessions/r{i}").status_code == 200 for i in range(1, 8))
 
         # A session's workspace is fixed when it opens.

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import SANDVISOR, Daemon, projects_root
-from tests.e2e.projects import contents, make_project, tree_hash
+from tests.e2e.projects import OWNER, contents, make_project, tree_hash
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -116,7 +116,7 @@ def test_run_review_apply_undo_discard(daemon: Daemon, tmp_path: Path) -> None:
         "b.txt": "new\n",
         "src/main.py": "print('main')\n",
     }
-    assert os.stat(project / "b.txt").st_uid == 1000
+    assert os.stat(project / "b.txt").st_uid == OWNER[0]
 
     undone = ok(sandvisor(daemon, project, "workspace", "undo"))
     assert "2 path(s) restored, 1 removed" in undone, undone

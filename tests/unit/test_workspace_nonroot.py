@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator
@@ -13,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.state.workspace import Change, prune_upper, remove_workspace, reset_upper
+from supervisor.state.workspace import (
+    Change,
+    prune_upper,
+    remove_workspace,
+    reset_upper,
+    take_work_dir,
+)
+from supervisor.state.workspace.cleanup import PARKED_WORK
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switches to another uid")
 
@@ -104,3 +112,24 @@ def test_a_non_empty_root_owned_leftover_is_left_to_the_kernel(base: Path) -> No
     as_user(lambda: reset_upper(upper, work, owner=USER, mode=0o755))
     assert list(upper.iterdir()) == []
     assert (work / "work" / "#1234").exists()
+
+
+def test_a_work_dir_the_kernel_left_a_whiteout_in_is_parked_and_taken_again(base: Path) -> None:
+    """Since Linux 5.8 an overlay that deleted something leaves its shared whiteout (a 0/0
+    character device, root's) in ``work/work`` at every unmount. Removing the workspace
+    without root parks the work dir beside the workspaces; the next overlay takes it (the
+    kernel clears it at that mount) instead of piling them up."""
+    root, _, work = workspace(base)
+    os.mknod(work / "work" / "#3140", 0o000 | stat.S_IFCHR, os.makedev(0, 0))
+    as_user(lambda: remove_workspace(root))
+    assert not root.exists()
+    [parked] = (base / "ws" / PARKED_WORK).iterdir()
+    assert (parked / "work" / "#3140").exists()
+    new_work = base / "ws" / "s2" / "work"
+    new_work.parent.mkdir()
+    os.chown(new_work.parent, *USER)
+    as_user(lambda: take_work_dir(new_work))
+    assert (new_work / "work" / "#3140").exists()  # the same directory, for the kernel to clear
+    assert list((base / "ws" / PARKED_WORK).iterdir()) == []
+    as_user(lambda: take_work_dir(base / "ws" / "s2" / "other"))  # none parked: a new one
+    assert list((base / "ws" / "s2" / "other").iterdir()) == []

@@ -6,7 +6,7 @@ import contextlib
 import os
 import stat
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,9 +76,10 @@ def opaque(upper: Path, rel: str, attr: str = "user.overlay.opaque") -> None:
 
 
 def snapshot(
-    root: Path, *, times: bool = False, owners: bool = False
+    root: Path, *, times: bool = False, owners: bool = False, prune: Collection[str] = ()
 ) -> dict[str, tuple[object, ...]]:
-    """path -> (type, mode, content or target[, owner][, mtime]) of every entry under root."""
+    """path -> (type, mode, content or target[, owner][, mtime]) of every entry under root,
+    but the relative paths in ``prune`` and what is under them (never entered)."""
     out: dict[str, tuple[object, ...]] = {}
     base = os.fsencode(root)
 
@@ -87,6 +88,8 @@ def snapshot(
             path = entry.path
             st = os.lstat(path)
             rel = os.fsdecode(os.path.relpath(path, base))
+            if rel in prune:
+                continue
             extra: tuple[object, ...] = ()
             if owners:
                 extra += (st.st_uid, st.st_gid)

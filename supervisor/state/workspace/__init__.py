@@ -2,7 +2,13 @@
 
 from supervisor.state.workspace.applier import apply
 from supervisor.state.workspace.changes import classify, list_changes
-from supervisor.state.workspace.cleanup import discard, prune_upper, remove_workspace, reset_upper
+from supervisor.state.workspace.cleanup import (
+    discard,
+    prune_upper,
+    remove_workspace,
+    reset_upper,
+    take_work_dir,
+)
 from supervisor.state.workspace.errors import (
     NoBackup,
     UnsafeWorkspacePath,
@@ -60,5 +66,6 @@ __all__ = [
     "prune_upper",
     "remove_workspace",
     "reset_upper",
+    "take_work_dir",
     "undo",
 ]

@@ -2,13 +2,15 @@
 
 Through mode-000 directories, at any depth; as root, or as the user who owns the state
 (the kernel's root-owned leftovers in the work dir are removed when empty, else left to the
-kernel, which clears the work dir at every mount).
+kernel, which clears the work dir at every mount: a removed workspace's work dir is parked
+for the next overlay to take).
 """
 
 from __future__ import annotations
 
 import bisect
 import os
+import secrets
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -101,8 +103,56 @@ def remove_workspace(root: str | os.PathLike[str]) -> None:
     path = Path(root)
     if not path.is_absolute() or path == Path("/") or path.is_symlink():
         raise UnsafeWorkspacePath([os.fspath(root)], "not a workspace directory to remove")
-    if path.exists():
+    if not path.exists():
+        return
+    try:
         _remove_path(path)
+    except PermissionError:
+        # Without root: the kernel's shared whiteout in ``work/work`` (root's, mode 000)
+        # outlives every unmount of an overlay that deleted something. Park the work dir.
+        if not _park_work(path):
+            raise
+        _remove_path(path)
+
+
+#: Beside the workspaces: work dirs holding what the kernel left and a supervisor without
+#: root cannot remove. ``take_work_dir`` hands them to new overlays (the kernel clears a work
+#: dir when it mounts it), so there are never more than workspaces open at once. Session
+#: ids start with a letter or digit: no session's directory has this name.
+PARKED_WORK = ".kernel-work"
+
+
+def _park_work(root: Path) -> bool:
+    """Move ``root/work`` (the supervisor's own directory) to ``PARKED_WORK`` beside
+    ``root``; False when there is no such directory."""
+    work = root / "work"
+    if work.is_symlink() or not work.is_dir():
+        return False
+    parked = root.parent / PARKED_WORK
+    parked.mkdir(mode=0o700, exist_ok=True)
+    os.rename(work, parked / f"{root.name}-{secrets.token_hex(4)}")
+    return True
+
+
+def take_work_dir(work: str | os.PathLike[str]) -> None:
+    """Make ``work`` (``<ws>/<session>/work``), an overlay's work dir, unless it exists: a
+    parked one when there is one (same filesystem, the kernel clears it at the mount), else
+    a new, empty directory."""
+    path = Path(work)
+    if path.exists():
+        return
+    parked = path.parent.parent / PARKED_WORK
+    try:
+        names = sorted(os.listdir(parked))
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        try:
+            os.rename(parked / name, path)
+        except FileNotFoundError:
+            continue  # taken by another workspace's preparation meanwhile
+        return
+    path.mkdir()
 
 
 def prune_upper(

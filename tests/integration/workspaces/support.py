@@ -1,4 +1,5 @@
-"""Helpers of the workspace integration tests: projects owned by uid 1000, tasks that print
+"""Helpers of the workspace integration tests: projects owned by an ordinary user (uid 1000
+as root, else the user running the tests: ``tests/users.py``), tasks that print
 a listing of the tree they see, the same listing taken on the host, and what a session's
 workspace leaves on the engine and in the mount table."""
 
@@ -18,9 +19,11 @@ from supervisor import Supervisor, TaskInfo, TaskSpec
 from supervisor.core.workspace import WorkspaceMode, WorkspaceSpec
 from supervisor.runtime.session import Session
 from tests.unit.workspace_tools import Spec, build, snapshot
+from tests.users import PROJECT_OWNER
 
-#: The uid:gid that owns the test projects: an ordinary user, like a developer's.
-OWNER = (1000, 1000)
+#: The uid:gid that owns the test projects: an ordinary user, like a developer's (uid 1000 as
+#: root; as a non-root user, that user's own files).
+OWNER = PROJECT_OWNER
 #: runtime -> the shipped policy that runs it (as in tests/adversarial).
 POLICY = {"runc": "default", "runsc": "untrusted"}
 
@@ -54,7 +57,8 @@ print("LISTING " + json.dumps({
 
 
 def chown_tree(root: Path, owner: tuple[int, int] = OWNER) -> None:
-    """``chown -hR`` (symlinks themselves, never their targets)."""
+    """``chown -hR`` (symlinks themselves, never their targets). To ``OWNER`` as a non-root
+    user: its own files already, the same calls change nothing."""
     os.lchown(root, *owner)
     for dirpath, dirs, files in os.walk(root):
         for name in dirs + files:

@@ -30,7 +30,6 @@ from tests.unit.workspace_tools import build, kinds
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(os.geteuid() != 0, reason="projects owned by uid 1000 need chown"),
 ]
 
 

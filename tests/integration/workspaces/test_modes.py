@@ -22,12 +22,14 @@ from tests.integration.workspaces.support import (
     run_ok,
     tree_hash,
 )
+from tests.users import root_only
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(os.geteuid() != 0, reason="projects owned by uid 1000 need chown"),
 ]
 RUNTIMES = ["runc", pytest.param("runsc", marks=pytest.mark.runsc)]
+#: The cases on a project with a tmpfs mounted inside it.
+submount_case = root_only("mounts a tmpfs inside the project")
 
 
 @pytest.fixture
@@ -43,6 +45,7 @@ def submount(ws: WsEnv) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@submount_case
 @pytest.mark.parametrize("runtime", RUNTIMES)
 async def test_ro_refuses_writes_and_hides_submounts(
     ws: WsEnv, submount: Path, runtime: str
@@ -122,6 +125,7 @@ async def test_same_path_and_a_host_venv_console_script(ws: WsEnv) -> None:
     await session.end()
 
 
+@submount_case
 async def test_overlay_hides_submounts_and_apply_refuses_writes_under_them(
     ws: WsEnv, submount: Path
 ) -> None:

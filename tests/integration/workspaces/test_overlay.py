@@ -29,7 +29,6 @@ from tests.unit.workspace_tools import File, Link, Spec, git_apply, kinds
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(os.geteuid() != 0, reason="projects owned by uid 1000 need chown"),
 ]
 
 PROJECT: Spec = {

@@ -3,12 +3,12 @@
 Root on a fresh server keeps projects under ``/root`` (0700): the tasks of a root-owned
 workspace run as ``nobody`` and must still reach their working directory, and see nothing
 else of ``/root``. (The docker-group user with a 0700 home is in
-``tests/e2e/test_workspace_user.py``: a daemon of that user, from the installed package.)
+``tests/e2e/test_wheel_user.py``, a daemon of that user from the installed wheel, and
+``tests/e2e/test_workspace_nonroot.py``, every workspace test run as that user.)
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 from collections.abc import Iterator
@@ -19,10 +19,11 @@ import pytest
 from supervisor import Supervisor, TaskSpec
 from supervisor.core.workspace import WorkspaceSpec
 from tests.conftest import require_engine
+from tests.users import root_only
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(os.geteuid() != 0, reason="a project under /root needs root"),
+    root_only("a project under /root"),
 ]
 
 

@@ -26,10 +26,10 @@ from tests.integration.workspaces.support import (
     run_ok,
 )
 from tests.unit.workspace_tools import Dir, File, build
+from tests.users import AS_ROOT, root_only
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(os.geteuid() != 0, reason="projects owned by uid 1000 need chown"),
 ]
 
 
@@ -79,10 +79,15 @@ async def test_the_engines_files_the_state_dir_and_the_whole_host(
         assert "state directory" in await refused(sup, "state", tmp_path)
 
 
+#: A host directory that is a system path inside the images: /usr/local as root; without
+#: root, /dev/shm (world-writable on the host, under the images' /dev).
+SYSTEM_PARENT = Path("/usr/local" if AS_ROOT else "/dev/shm")
+
+
 @pytest.fixture
 def usr_local_root() -> Iterator[Path]:
-    """A workspace root under /usr/local (a system path inside the images)."""
-    root = Path("/usr/local") / f"sandvisor-wstest-{secrets.token_hex(4)}"
+    """A workspace root under ``SYSTEM_PARENT`` (a system path inside the images)."""
+    root = SYSTEM_PARENT / f"sandvisor-wstest-{secrets.token_hex(4)}"
     root.mkdir()
     try:
         yield root
@@ -105,17 +110,18 @@ async def test_a_reserved_container_path_falls_back_to_workspace(
         assert ws is not None and ws.plan.container_path == FALLBACK_PATH
         assert ws.plan.warning is not None and "system path" in ws.plan.warning
         assert FALLBACK_PATH in ws.plan.warning
-        # The image's /usr/local is intact: tasks see the project at /workspace (in place of
-        # the policy's tmpfs there), and python3 from /usr still runs.
+        # The image's system path is intact: tasks see the project at /workspace (in place
+        # of the policy's tmpfs there), and python3 from /usr still runs.
         seen = await merged_listing(session)
         assert seen["cwd"] == FALLBACK_PATH
         assert seen["tree"] == host_listing(project)
-        await run_ok(session, "echo b > b.txt; test ! -e /usr/local/sandvisor-wstest-*")
+        await run_ok(session, f"echo b > b.txt; test ! -e {SYSTEM_PARENT}/sandvisor-wstest-*")
         assert [c.path for c in await session.workspace_changes()] == ["b.txt"]
         await session.discard_changes()
         await session.end()
 
 
+@root_only("makes a project owned by root")
 async def test_a_root_owned_project_under_refuse_and_under_root_on_runc(
     ws: WsEnv, policies_dir: Path
 ) -> None:
@@ -129,6 +135,7 @@ async def test_a_root_owned_project_under_refuse_and_under_root_on_runc(
     assert "needs runtime runsc" in msg
 
 
+@root_only("makes a project owned by root and applies to it")
 async def test_a_root_owned_project_runs_as_nobody(ws: WsEnv) -> None:
     project = ws.project(
         {
