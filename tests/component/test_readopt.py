@@ -307,3 +307,29 @@ async def test_monitor_lines_resume_with_no_gap_and_no_repeat(
     rebuilt = "".join(e.text + ("\n" if e.eol else "") for e in outputs)
     assert rebuilt.encode() == data
     assert types_of(events, tid) == ["task.started", "task.stopped"]
+
+
+@pytest.mark.parametrize("method", ["attach", "inspect"])
+async def test_an_engine_away_during_readoption_is_waited_out(
+    runtime: Runtime, engine: FakeEngine, method: str
+) -> None:
+    go = asyncio.Event()
+    engine.script("tick", Script(Out("A\n"), WaitFor(go), Out("B\n"), Exit(0)))
+    sup = await runtime.supervisor()
+    session = await sup.open_session("s1")
+    task = await session.start(spec("tick"))
+    await session.wait_for(task.task_id, "^A$", timeout_s=5)
+    await runtime.release(sup)
+    # The engine goes away just as the new supervisor re-attaches (attach), or asks how
+    # the container is (inspect): the task rides it out as a running task would.
+    went = engine.go_down_at(method)
+    sup2 = await runtime.supervisor()
+    await asyncio.wait_for(went.wait(), 5)
+    engine.restore()
+    go.set()
+    session2 = sup2.session("s1")
+    final = await session2.wait(task.task_id, timeout_s=10)
+    assert (final.status, final.exit_code, final.error_code) == ("completed", 0, None), final
+    assert (await session2.read_output(task.task_id, 0)).data == b"A\nB\n"
+    events = await stored_events(session2)
+    assert types_of(events, task.task_id) == ["task.started", "task.stopped"]

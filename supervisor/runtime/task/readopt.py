@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from supervisor.core import task_events
 from supervisor.core.container import ContainerState
-from supervisor.core.errors import SupervisorError
+from supervisor.core.errors import EngineUnavailable, SupervisorError
 from supervisor.core.events import TaskFailed, TaskOutput, TaskOutputSuppressed, TaskStopped
 from supervisor.core.labels import LABEL_KIND
 from supervisor.core.models import POOL_NO_COMMAND
@@ -98,7 +98,15 @@ async def readopt(runner: Adoptable, stage: str) -> None:
     finder = runner.ports.find_container
     found_by_label = False
     if state.container_id is None and finder is not None:
-        state.container_id = await finder(runner.task_id)
+        delay = 0.2
+        while True:
+            try:
+                state.container_id = await finder(runner.task_id)
+                break
+            except EngineUnavailable as exc:  # away: ask again once it answers
+                runner.log.info("readopt_find_waiting", error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
         found_by_label = state.container_id is not None
     if state.container_id is not None and await _warm_and_unused(runner, found_by_label):
         # A warm container the command never reached: run the task as accepted.
@@ -136,7 +144,14 @@ async def readopt(runner: Adoptable, stage: str) -> None:
     if not await _has_event(runner, "task.started"):
         runner.ports.events.emit(task_events.started(runner.ident))
     await _resume_monitor(runner)
-    runner.supervision.stream = await runner.supervision.reattacher.reattach(state.container_id)
+    try:
+        runner.supervision.stream = await runner.supervision.reattacher.reattach(state.container_id)
+    except EngineUnavailable as exc:
+        # The engine went away (or wedged) since the inspect: the capture re-attaches once
+        # it answers (as after any dropped stream), and the log fills in what ran meanwhile.
+        runner.log.warning("readopt_reattach_deferred", error=str(exc))
+        runner.supervision.engine_outage = True
+        runner.supervision.stream = None
     runner.log.info("readopted", running=engine.running, skip=capture.skip[1])
     await runner.persist("running")
     if not engine.running:
