@@ -18,6 +18,8 @@ pytestmark = pytest.mark.timeout(300)
 
 #: Every engine call's deadline in this test.
 DEADLINE_S = 3.0
+#: Room over a call's deadline for the start's work around the call.
+SLACK_S = 0.5
 #: How long the engine stays stopped.
 FROZEN_S = 20.0
 #: Starts made as the engine stops (before the watchdog can know), then once it is wedged.
@@ -103,7 +105,9 @@ async def test_a_stopped_engine_fails_starts_fast_and_loses_no_output(
         # or accepted and failed by a call's deadline: within the deadline either way, never
         # the freeze's 20 s.
         assert how in ("refused engine_unresponsive", "failed engine_unresponsive"), first
-        assert took < DEADLINE_S, first
+        # A call's deadline ends it at DEADLINE_S; the start's own work around the call
+        # comes on top (3.006 s was seen for a create cut off at 3 s).
+        assert took < DEADLINE_S + SLACK_S, first
     for how, took in then:
         assert how == "refused engine_unresponsive", then
         assert took < 0.5, then
