@@ -71,6 +71,46 @@ stall_detection = false
 [session]
 max_running_tasks = 5
 """,
+    "net-session": """
+description = "component tests: the session's internal network"
+image = "sandvisor/minimal:latest"
+network = "session"
+[timeouts]
+grace_s = 0.2
+[watch]
+stall_detection = false
+""",
+    "net-bridge": """
+description = "component tests: the session's network with egress"
+image = "sandvisor/minimal:latest"
+network = "bridge"
+[timeouts]
+grace_s = 0.2
+[watch]
+stall_detection = false
+""",
+    "net-warm": """
+description = "component tests: the session's network, a warm pool of the session's own"
+image = "sandvisor/minimal:latest"
+network = "session"
+warm_pool = 1
+[timeouts]
+grace_s = 0.2
+[watch]
+stall_detection = false
+""",
+    "small-layer": """
+description = "component tests: a 1 MB, 50-entry workspace layer"
+image = "sandvisor/minimal:latest"
+working_dir = "/tmp"
+[timeouts]
+grace_s = 0.2
+[watch]
+stall_detection = false
+[session]
+workspace_max_mb = 1
+workspace_max_files = 50
+""",
     "roomy": """
 description = "component tests: at most 8 running tasks per session"
 image = "sandvisor/minimal:latest"

@@ -28,41 +28,13 @@ SLACK = 1.0
 #: How long a session's end waits for its tasks beyond their grace.
 END_TIMEOUT = 0.5
 
-NETWORKED = {
-    "session": """
-description = "component tests: the session's internal network"
-image = "sandvisor/minimal:latest"
-network = "session"
-[timeouts]
-grace_s = 0.2
-[watch]
-stall_detection = false
-""",
-    "bridge": """
-description = "component tests: the session's network with egress"
-image = "sandvisor/minimal:latest"
-network = "bridge"
-[timeouts]
-grace_s = 0.2
-[watch]
-stall_detection = false
-""",
-}
-
-
-@pytest.fixture
-def net_policies(fake_policies: Path) -> Path:
-    for kind, text in NETWORKED.items():
-        (fake_policies / f"net-{kind}.toml").write_text(text)
-    return fake_policies
-
 
 @pytest.fixture
 async def bounded(
-    engine: FakeEngine, tmp_path: Path, net_policies: Path
+    engine: FakeEngine, tmp_path: Path, fake_policies: Path
 ) -> AsyncIterator[Supervisor]:
     async with bounded_supervisor(
-        engine, tmp_path / "state", net_policies, DEADLINE, end_timeout_s=END_TIMEOUT
+        engine, tmp_path / "state", fake_policies, DEADLINE, end_timeout_s=END_TIMEOUT
     ) as sup:
         yield sup
 
@@ -218,7 +190,7 @@ async def test_only_networks_of_closed_sessions_and_gone_owners_are_removed(
 
 
 async def test_a_restarted_supervisor_keeps_its_restored_sessions_networks(
-    engine: FakeEngine, runtime: Runtime, net_policies: Path
+    engine: FakeEngine, runtime: Runtime, fake_policies: Path
 ) -> None:
     engine.script("hold", Script(Out("up\n"), UntilKilled()))
     sup = await runtime.supervisor()

@@ -34,44 +34,15 @@ SLACK = 1.0
 #: deadline each for its warm container's and its network's removal.
 END_BOUND = 0.2 + END_TIMEOUT + 2 * DEADLINE + SLACK
 
-NETWORKED = {
-    "net": """
-description = "component tests: the session's internal network"
-image = "sandvisor/minimal:latest"
-network = "session"
-[timeouts]
-grace_s = 0.2
-[watch]
-stall_detection = false
-""",
-    "net-warm": """
-description = "component tests: the session's network, a warm pool of the session's own"
-image = "sandvisor/minimal:latest"
-network = "session"
-warm_pool = 1
-[timeouts]
-grace_s = 0.2
-[watch]
-stall_detection = false
-""",
-}
-
-
-@pytest.fixture
-def policies(fake_policies: Path) -> Path:
-    for name, text in NETWORKED.items():
-        (fake_policies / f"{name}.toml").write_text(text)
-    return fake_policies
-
 
 Opener = Callable[[], AbstractAsyncContextManager[Supervisor]]
 
 
 @pytest.fixture
-def opened(engine: FakeEngine, tmp_path: Path, policies: Path) -> Opener:
+def opened(engine: FakeEngine, tmp_path: Path, fake_policies: Path) -> Opener:
     """Opens a bounded supervisor on the test's one state dir (a second one: a restart)."""
     return lambda: bounded_supervisor(
-        engine, tmp_path / "state", policies, DEADLINE, end_timeout_s=END_TIMEOUT
+        engine, tmp_path / "state", fake_policies, DEADLINE, end_timeout_s=END_TIMEOUT
     )
 
 
@@ -99,7 +70,7 @@ class Work:
         ses = await sup.open_session("s1")
         assert await ses.prewarm("net-warm") == 1
         task_ids = []
-        for policy in ("fake", "net"):
+        for policy in ("fake", "net-session"):
             task = await ses.start({"command": "hold", "policy": policy})
             await ses.wait_for(task.task_id, "^up$", timeout_s=10)
             task_ids.append(task.task_id)

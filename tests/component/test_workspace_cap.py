@@ -18,27 +18,13 @@ from tests.component.conftest import Runtime, of_task, stored_events
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(30)]
 
-SMALL = """
-description = "component tests: a 1 MB, 50-entry workspace layer"
-image = "sandvisor/minimal:latest"
-working_dir = "/tmp"
-[timeouts]
-grace_s = 0.2
-[watch]
-stall_detection = false
-[session]
-workspace_max_mb = 1
-workspace_max_files = 50
-"""
-
 
 def spec(command: str, policy: str) -> TaskSpec:
     return TaskSpec.model_validate({"command": command, "policy": policy})
 
 
 @pytest.fixture
-async def sup(runtime: Runtime, tmp_path: Path, fake_policies: Path) -> Supervisor:
-    (fake_policies / "small.toml").write_text(SMALL)
+async def sup(runtime: Runtime, tmp_path: Path) -> Supervisor:
     runtime.workspace_roots = [tmp_path]
     return await runtime.supervisor()
 
@@ -63,7 +49,7 @@ async def test_a_layer_past_the_size_cap_stops_its_task_and_refuses_the_next(
 ) -> None:
     engine.script("serve", Script(Out("up\n"), UntilKilled()))
     engine.script("quick", Script(Out("hi\n"), Exit(0)))
-    small = await session.start(spec("serve", "small"))
+    small = await session.start(spec("serve", "small-layer"))
     roomy = await session.start(spec("serve", "fake"))
     await session.wait_for(small.task_id, "up", timeout_s=5)
     # What `dd if=/dev/zero of=big bs=1M count=2` would leave in the upper.
@@ -78,17 +64,17 @@ async def test_a_layer_past_the_size_cap_stops_its_task_and_refuses_the_next(
     assert [e.reason for e in ends] == ["workspace_full"]  # type: ignore[attr-defined]
 
     with pytest.raises(WorkspaceFull) as refused:
-        await session.start(spec("quick", "small"))
+        await session.start(spec("quick", "small-layer"))
     message = str(refused.value)
     assert refused.value.code == "workspace_full"
-    for part in ("session.workspace_max_mb", "1 MB", "'small'", "apply or discard"):
+    for part in ("session.workspace_max_mb", "1 MB", "'small-layer'", "apply or discard"):
         assert part in message, message
     # Another policy's cap is its own.
     other = await session.start(spec("quick", "fake"))
     assert (await session.wait(other.task_id, timeout_s=5)).exit_code == 0
 
     await session.discard_changes(stop_tasks=True)
-    again = await session.start(spec("quick", "small"))
+    again = await session.start(spec("quick", "small-layer"))
     assert (await session.wait(again.task_id, timeout_s=5)).exit_code == 0
 
 
@@ -96,7 +82,7 @@ async def test_a_layer_past_the_entry_cap_stops_its_task(
     engine: FakeEngine, session: Session
 ) -> None:
     engine.script("serve", Script(Out("up\n"), UntilKilled()))
-    task = await session.start(spec("serve", "small"))
+    task = await session.start(spec("serve", "small-layer"))
     await session.wait_for(task.task_id, "up", timeout_s=5)
     flood = upper(session) / "flood"
     flood.mkdir()
