@@ -375,10 +375,8 @@ class Workspace:
     async def usage(
         self, *, stop_bytes: int | None = None, stop_files: int | None = None
     ) -> LayerUsage:
-        """What the upper takes on the host disk (``layer_usage``; overlay only, else
-        nothing), measured off the event loop."""
-        if self.plan.mode != "overlay":
-            return LayerUsage(0, 0)
+        """What the upper takes on the host disk (``layer_usage``), measured off the event
+        loop."""
         found: LayerUsage = await self._run(
             functools.partial(layer_usage, self.upper, stop_bytes=stop_bytes, stop_files=stop_files)
         )
