@@ -10,31 +10,18 @@ changes and reads alike. These cases replay with a real HTTP client against a re
 
 from __future__ import annotations
 
-import html
-import re
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import httpx
 import pytest
 
 from tests.conftest import POLICIES, TEST_POLICIES, require_engine
 from tests.e2e.conftest import Daemon, start_daemon
+from tests.ui_login import Login, login_page
 
 pytestmark = pytest.mark.timeout(120)
-
-_REFRESH = re.compile(r'url=/ui/#csrf=([A-Za-z0-9_-]+)"')
-
-
-@dataclass
-class Login:
-    """What a browser holds after opening a login link: the cookie, and the CSRF token the
-    login page handed to the dashboard's script (in the address's fragment)."""
-
-    cookie: str
-    csrf: str
 
 
 @pytest.fixture(scope="module")
@@ -59,15 +46,7 @@ def _base(d: Daemon) -> str:
 
 def _login(d: Daemon, token: str | None = None) -> Login:
     """Open a fresh login link the way a browser does (a real client over TCP)."""
-    with d.client(token) as api:
-        r = api.post("/ui/logins", json={})
-        assert r.status_code == 201, r.text
-        url = r.json()["url"]
-    with httpx.Client(timeout=30) as browser:
-        page = browser.get(url)
-    assert page.status_code == 200, page.text
-    found = _REFRESH.search(html.unescape(page.text))
-    (cookie,) = [f"{c.name}={c.value}" for c in page.cookies.jar]
+    cookie, found = login_page(d, token)
     # No token on the page fails the cases below where it matters (the attack succeeding).
     return Login(cookie, found.group(1) if found else "")
 

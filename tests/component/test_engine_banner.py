@@ -7,13 +7,10 @@ on the fake engine."""
 
 from __future__ import annotations
 
-import html
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +23,7 @@ from supervisor.engine.deadlines import Deadlines, deadlines_for
 from supervisor.engine.fake import FakeBackend
 from tests.component.daemon_app import ListeningDaemon, listening_daemon
 from tests.component.test_doctor_fix import Engine2010
+from tests.ui_login import Login, login_page
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 
@@ -34,36 +32,19 @@ DEADLINE = 1.0
 #: How soon a stream must tell a change: the canary's limit, the watchdog's and the
 #: stream's one-second looks, and room for a loaded 2-core machine.
 FEW_S = 5.0
-_REFRESH = re.compile(r'url=/ui/#csrf=([A-Za-z0-9_-]+)"')
 #: A state as a stream says it, once for any principal.
 Status = dict[str, Any]
 
 
 def bounded_2010(backend: FakeBackend) -> Backend:
     """The fake, saying it is Docker 20.10, every call bounded at DEADLINE."""
-    return Deadlines(Engine2010(backend), deadlines_for(DEADLINE))  # type: ignore[arg-type]
-
-
-@dataclass
-class Login:
-    """What a browser holds after a login link: the cookie and the page's CSRF token."""
-
-    cookie: str
-    csrf: str
+    return Deadlines(Engine2010(backend), deadlines_for(DEADLINE))
 
 
 def login(d: ListeningDaemon, token: str | None = None) -> Login:
     """Open a new login link (the admin's, or a session token's) as a browser does."""
-    with d.client(token) as api:
-        r = api.post("/ui/logins", json={})
-        assert r.status_code == 201, r.text
-        url = r.json()["url"]
-    with httpx.Client(timeout=30) as browser:
-        page = browser.get(url)
-    assert page.status_code == 200, page.text
-    found = _REFRESH.search(html.unescape(page.text))
-    assert found is not None, page.text
-    (cookie,) = [f"{c.name}={c.value}" for c in page.cookies.jar]
+    cookie, found = login_page(d, token)
+    assert found is not None, "the login page carries no CSRF token"
     return Login(cookie, found.group(1))
 
 
