@@ -81,6 +81,15 @@ def _wait_until(
         time.sleep(interval)
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is in state T (stopped by a signal)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with contextlib.suppress(OSError):
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+    return bool(states) and all(state == "T" for state in states)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -279,12 +288,18 @@ class PrivateEngine:
     def freeze(self) -> None:
         """SIGSTOP this dockerd (only it): a wedged engine. Its socket still takes
         connections (the kernel queues them) but nothing answers; its containers run on."""
+        pid = None
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGSTOP)
-            self.frozen = True
+            pid = self.proc.pid
         elif self.adopted is not None and _pid_alive(self.adopted):
-            os.kill(self.adopted, signal.SIGSTOP)
-            self.frozen = True
+            pid = self.adopted
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGSTOP)
+        self.frozen = True
+        # SIGSTOP reaches a many-threaded dockerd's threads one by one: until the last one
+        # stops, /proc still says R and a request may still be answered.
+        _wait_until(lambda: _all_threads_stopped(pid), 10, f"dockerd {pid} stopped")
 
     def thaw(self) -> None:
         """SIGCONT after :meth:`freeze`."""
