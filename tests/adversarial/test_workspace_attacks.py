@@ -27,7 +27,7 @@ from supervisor.core.workspace_errors import WorkspaceConflict, WorkspaceError, 
 from tests.adversarial.harness import Arena
 from tests.integration.workspaces.support import OWNER, chown_tree, tree_hash
 from tests.unit.workspace_tools import File, Link, Spec, build, git_apply, snapshot
-from tests.users import AS_ROOT, root_only
+from tests.users import root_only
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -509,14 +509,6 @@ async def test_ws_a_layer_past_its_cap_stops_the_task(capped_policy: str, ws_are
     await discard_and_finish(arena)
 
 
-@pytest.mark.xfail(
-    not AS_ROOT,
-    run=False,
-    strict=True,
-    reason="open bug: without root the supervisor cannot open the upper's directories the "
-    "task chmod-ed 000 (its own, but mode bits bind it): changes, discard and the session's "
-    "end raise PermissionError",
-)
 async def test_ws_root_chmod_and_chown(ws_arena: Arena) -> None:
     arena = ws_arena
     project = await open_project(arena, {"sub/f": "f\n", "a.txt": "a\n"})

@@ -16,6 +16,8 @@ import pytest
 
 from supervisor.state.workspace import (
     Change,
+    Manifest,
+    list_changes,
     prune_upper,
     remove_workspace,
     reset_upper,
@@ -133,3 +135,35 @@ def test_a_work_dir_the_kernel_left_a_whiteout_in_is_parked_and_taken_again(base
     assert list((base / "ws" / PARKED_WORK).iterdir()) == []
     as_user(lambda: take_work_dir(base / "ws" / "s2" / "other"))  # none parked: a new one
     assert list((base / "ws" / "s2" / "other").iterdir()) == []
+
+
+def test_a_layer_a_task_shut_with_chmod_000_is_reviewed_and_discarded(base: Path) -> None:
+    """The task ran ``chmod 000 sub; chmod 000 .``: the upper's root and ``sub`` are the
+    user's, mode 000. The review lists ``sub``'s mode change (the root's mode is not a
+    change) and leaves both modes as the task set them; a discard empties the upper and
+    gives its root the project's mode again."""
+    lower, upper, work = base / "proj", base / "ws" / "upper", base / "ws" / "work"
+    (lower / "sub").mkdir(parents=True)
+    (lower / "sub" / "f").write_text("f\n")
+    (upper / "sub").mkdir(parents=True)
+    (upper / "new.txt").write_text("new\n")
+    work.mkdir()
+    for path in (lower, lower / "sub", lower / "sub" / "f", base / "ws", upper, work):
+        os.chown(path, *USER)
+    for path in (upper / "sub", upper / "new.txt"):
+        os.chown(path, *USER)
+    (upper / "sub").chmod(0)
+    upper.chmod(0)
+    manifest = Manifest.take(lower)
+    mode_of_lower = stat.S_IMODE(lower.stat().st_mode)
+
+    def review() -> None:
+        got = {c.path: (c.kind, c.new_mode) for c in list_changes(lower, upper, manifest)}
+        assert got == {"new.txt": ("added", 0o644), "sub": ("mode", 0)}
+
+    as_user(review)
+    assert stat.S_IMODE(upper.stat().st_mode) == 0
+    assert stat.S_IMODE((upper / "sub").stat().st_mode) == 0
+    as_user(lambda: reset_upper(upper, work, lower))
+    assert list(upper.iterdir()) == []
+    assert stat.S_IMODE(upper.stat().st_mode) == mode_of_lower

@@ -18,12 +18,12 @@ from supervisor.state.workspace.fsutil import (
     MAX_DEPTH,
     O_DIR,
     Identity,
+    OwnerAccess,
     dir_markers,
     file_type,
     is_whiteout,
     looks_binary,
     lstat_at,
-    open_dir,
     open_project,
     read_head,
     same_bytes,
@@ -72,7 +72,7 @@ def classify(
     walker = Walker(manifest)
     lower_fd = open_project(lower, lower_id)
     try:
-        upper_fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
+        upper_fd = walker.access.open_dir(os.fspath(upper), None, O_DIR & ~os.O_NOFOLLOW)
         try:
             walker.dev = os.fstat(lower_fd).st_dev
             walker.walk_dir(upper_fd, lower_fd, "", False, 0)
@@ -89,6 +89,7 @@ def classify(
             )
         finally:
             os.close(upper_fd)
+            walker.access.close()
     finally:
         os.close(lower_fd)
     return changes
@@ -119,6 +120,8 @@ class Walker:
         """Directories whose lower is hidden in the merged view (opaque or replaced)."""
         self.ignore_touched = False
         """An ignore file of the merged view differs from the lower's."""
+        self.access = OwnerAccess()
+        """The upper's directories a task shut, opened up for the walk."""
 
     # -- conflicts -----------------------------------------------------------------------
 
@@ -333,7 +336,7 @@ class Walker:
     ) -> None:
         if depth + 1 >= MAX_DEPTH:
             raise too_deep(rel)
-        fd = open_dir(name, upper_fd)
+        fd = self.access.open_dir(name, upper_fd)
         try:
             opaque, unsupported = dir_markers(fd)
             if unsupported:

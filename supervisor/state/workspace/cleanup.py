@@ -16,15 +16,23 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from supervisor.state.workspace.errors import UnsafeWorkspacePath
-from supervisor.state.workspace.fsutil import MAX_DEPTH, O_DIR, dir_markers, remove_entry
+from supervisor.state.workspace.fsutil import (
+    MAX_DEPTH,
+    O_DIR,
+    OwnerAccess,
+    dir_markers,
+    remove_entry,
+)
 from supervisor.state.workspace.models import Change
 from supervisor.state.workspace.selection import select
 
 
 def _empty(path: Path) -> None:
-    """Remove everything inside directory ``path`` (kept; created when missing)."""
+    """Remove everything inside directory ``path`` (kept, with its mode; created when
+    missing)."""
     path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, O_DIR)
+    access = OwnerAccess()
+    fd = access.open_dir(os.fspath(path), None)
     try:
         with os.scandir(fd) as it:
             names = [e.name for e in it]
@@ -32,6 +40,7 @@ def _empty(path: Path) -> None:
             remove_entry(name, fd)
     finally:
         os.close(fd)
+        access.close()
 
 
 def _clear_work(path: Path) -> None:
@@ -64,14 +73,16 @@ def reset_upper(
         st = os.stat(lower)
         owner = owner or (st.st_uid, st.st_gid)
         mode = stat.S_IMODE(st.st_mode) if mode is None else mode
-    fd = os.open(upper_p, O_DIR)
+    access = OwnerAccess()
+    fd = access.open_dir(os.fspath(upper_p), None)
     try:
         if owner is not None:
             os.fchown(fd, *owner)
-        if mode is not None:
-            os.fchmod(fd, mode)
     finally:
         os.close(fd)
+        access.close()  # the mode it had, unless a new one is set (which needs no access)
+    if mode is not None:
+        os.chmod(upper_p, mode, follow_symlinks=False)
 
 
 def discard(

@@ -194,6 +194,45 @@ def has_acl(name: str | None, dir_fd: int) -> bool:
     return any(n in _ACL_XATTRS for n in names)
 
 
+class OwnerAccess:
+    """Opens the layer's directories that a task shut (``chmod 000 dir``) to a supervisor
+    without root. Permission bits bind such a supervisor too, but the layer's directories
+    are its own uid's: a shut one gets its owner's read, write and search for as long as
+    the operation runs, and :meth:`close` puts every mode back exactly. As root (or for a
+    directory of another owner) nothing is changed: the open fails as it would."""
+
+    def __init__(self) -> None:
+        self._held: list[tuple[int, int]] = []
+
+    def open_dir(self, name: str, dir_fd: int | None, flags: int = O_DIR) -> int:
+        """``os.open(name, flags, dir_fd=dir_fd)`` for a directory, as its owner."""
+        try:
+            return os.open(name, flags, dir_fd=dir_fd)
+        except PermissionError:
+            uid = os.geteuid()
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if uid == 0 or st.st_uid != uid or not stat.S_ISDIR(st.st_mode):
+                raise
+            mode = stat.S_IMODE(st.st_mode)
+            # fchmodat without following: a symlink swapped in is refused, never followed.
+            os.chmod(name, mode | 0o700, dir_fd=dir_fd, follow_symlinks=False)
+            fd = os.open(name, flags, dir_fd=dir_fd)
+            if identity_of(os.fstat(fd)) != identity_of(st):
+                os.fchmod(fd, mode)
+                os.close(fd)
+                raise
+            self._held.append((os.dup(fd), mode))
+            return fd
+
+    def close(self) -> None:
+        """Give every directory opened up its mode back (last opened first)."""
+        while self._held:
+            fd, mode = self._held.pop()
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, mode)
+            os.close(fd)
+
+
 def open_dir(name: str, dir_fd: int) -> int:
     """Open the directory ``name`` under ``dir_fd``; a symlink raises (ELOOP or ENOTDIR)."""
     return os.open(name, O_DIR, dir_fd=dir_fd)
@@ -336,6 +375,7 @@ class DirCache:
         self.dev = os.fstat(root_fd).st_dev
         self._size = size
         self._fds: OrderedDict[str, int] = OrderedDict()
+        self._access = OwnerAccess()
 
     def get(self, rel: str) -> int:
         """The fd of directory ``rel`` ("" is the root). Raises FileNotFoundError when a
@@ -350,7 +390,7 @@ class DirCache:
         parent, _, name = rel.rpartition("/")
         pfd = self.get(parent)
         try:
-            fd = os.open(name, O_DIR, dir_fd=pfd)
+            fd = self._access.open_dir(name, pfd)
         except (NotADirectoryError, OSError) as exc:
             if isinstance(exc, FileNotFoundError):
                 raise
@@ -377,6 +417,7 @@ class DirCache:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        self._access.close()
 
 
 def remove_entry(name: str, dir_fd: int, *, dev: int | None = None) -> None:

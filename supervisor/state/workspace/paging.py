@@ -10,7 +10,7 @@ from operator import attrgetter
 
 from supervisor.core.workspace_pages import PAGE_DEFAULT, cut
 from supervisor.state.workspace.errors import WorkspaceError
-from supervisor.state.workspace.fsutil import O_DIR, DirCache, open_regular
+from supervisor.state.workspace.fsutil import O_DIR, DirCache, OwnerAccess, open_regular
 from supervisor.state.workspace.models import Change, ChangePage
 
 
@@ -34,11 +34,13 @@ def page_of(
 
 def add_digests(upper: str | os.PathLike[str], changes: list[Change]) -> None:
     """Set each change's ``digest`` from the (unmounted) ``upper``'s entry as it is now."""
-    upper_fd = os.open(upper, O_DIR & ~os.O_NOFOLLOW)
+    access = OwnerAccess()
+    upper_fd = access.open_dir(os.fspath(upper), None, O_DIR & ~os.O_NOFOLLOW)
     try:
         _digests(upper_fd, changes)
     finally:
         os.close(upper_fd)
+        access.close()
 
 
 def _digests(upper_fd: int, changes: list[Change]) -> None:
