@@ -59,6 +59,16 @@ class Reattacher:
         await self.capture.set_replay_skip()
         return await self.backend.attach(cid, stdin=False, logs=True)
 
+    async def store_log_rest(self, cid: str) -> None:
+        """Store what the (stopped) container's log holds beyond the file, read without
+        following: the read ends at the log's end."""
+        await self.capture.set_replay_skip()
+        skip, self.capture.skip = self.capture.skip, {1: 0, 2: 0}
+        async for segments in self.backend.logs(cid):
+            rest = drop_known(skip, segments)
+            if rest:
+                await self.capture.consume(rest)
+
     async def reattach(self, cid: str) -> AttachedStream:
         """A live stream of the container's output, with everything before it stored."""
         backend = self.backend

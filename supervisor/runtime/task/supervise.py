@@ -205,20 +205,25 @@ class Supervision:
         stream = await self.reattacher.attach_replay(cid)
         try:
             replay = asyncio.create_task(self.capture.run(stream), name="catch-up")
-            await self._drain(replay, "catch_up_timeout")
+            if await self._drain(replay, "catch_up_stalled"):
+                return
         finally:
             await stream.aclose()
+        # The replay stopped delivering without ending (seen on a loaded machine just after
+        # a live-restore: three replays stalled at once, short of their last lines). The
+        # exited container's log, read without following, always ends: the rest from it.
+        await self.reattacher.store_log_rest(cid)
 
-    async def _drain(self, reading: asyncio.Task[None], what: str) -> None:
+    async def _drain(self, reading: asyncio.Task[None], what: str) -> bool:
         """Wait for ``reading`` (a stream read to its end) while it makes progress; give
-        it up (logged as ``what``) after ``DRAIN_S`` without a read."""
+        it up (logged as ``what``) after ``DRAIN_S`` without a read. True: it ended."""
         seen = -1
         try:
             while seen != self.capture.reads:
                 seen = self.capture.reads
                 try:
                     await asyncio.wait_for(asyncio.shield(reading), DRAIN_S)
-                    return
+                    return True
                 except TimeoutError:
                     continue
         except asyncio.CancelledError:
@@ -228,6 +233,7 @@ class Supervision:
         reading.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reading
+        return False
 
 
 def lost_detail(state: ContainerState | None, *, outage: bool, stopping: bool) -> str | None:
