@@ -467,3 +467,24 @@ def test_cli_starts_a_daemon_when_none_runs(tmp_path: Path, policies_dir: Path) 
     assert _owned_containers(state) == []
     log = (state / "daemon" / "daemon.log").read_text()
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_serve_refuses_a_socket_path_too_long_for_a_unix_socket(
+    tmp_path: Path, policies_dir: Path
+) -> None:
+    require_engine()
+    state = tmp_path / "state"
+    long_socket = tmp_path / ("d" * 60) / ("s" * 60 + ".sock")
+    done = subprocess.run(
+        [
+            *SANDVISOR, "serve", "--state-dir", str(state), "--policies-dir", str(policies_dir),
+            "--socket", str(long_socket),
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    size = len(os.fsencode(long_socket))
+    assert f"the socket path {long_socket} is {size} bytes" in done.stderr, done.stderr
+    assert "at most 107: use a shorter --state-dir, or --socket" in done.stderr
+    assert not long_socket.exists()

@@ -110,9 +110,20 @@ class _Server(uvicorn.Server):
         yield
 
 
+#: sockaddr_un's sun_path is 108 bytes on Linux, the last one the terminating NUL.
+_SUN_PATH_MAX = 107
+
+
 def _bind_unix(path: Path) -> socket.socket:
     """A 0600 socket in a 0700 directory. A stale socket file (nobody answers) is replaced;
     a live one means another daemon owns this state dir."""
+    size = len(os.fsencode(path))
+    if size > _SUN_PATH_MAX:
+        raise SystemExit(
+            f"sandvisor serve: the socket path {path} is {size} bytes, and a unix socket's "
+            f"path holds at most {_SUN_PATH_MAX}: use a shorter --state-dir, or --socket "
+            "with a shorter path"
+        )
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(path.parent, 0o700)
     if path.exists():
