@@ -57,9 +57,9 @@ WORKSPACE_TESTS = (
 TEST_DEPS = ("pytest", "pytest-asyncio", "pytest-timeout", "hypothesis")
 #: What of the checkout the inner run reads (when it has to be copied).
 CHECKOUT = ("pyproject.toml", "supervisor", "tests", "policies", "sandbox_images")
-#: Fewer passed tests than this and the run proves nothing (46 passed on 2026-12-07: a new
+#: Fewer passed tests than this and the run proves nothing (47 passed on 2026-12-07: a new
 #: root-only case, or a file left out, fails this until the floor is lowered on purpose).
-FLOOR = 46
+FLOOR = 47
 #: Tests that fail without root for a bug not fixed yet: xfail(strict, not run) there
 #: (none now: chmod 000 of the layer's root and of a directory was the last, fixed 2026-12-07).
 OPEN_BUGS: set[str] = set()
