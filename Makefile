@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+#: Parallel test workers: 3 on a 2-core machine (the real-engine tests mostly wait on the engine).
+WORKERS ?= 3
 
 .DEFAULT_GOAL := help
 .PHONY: help venv engine engine-down browser swarm-lab swarm-lab-down images run test check lint types fmt unit integration e2e adversarial bench clean
@@ -52,17 +54,22 @@ fmt: venv ## apply ruff format and safe fixes
 types: venv ## mypy --strict
 	$(BIN)/mypy
 
-check: ## lint + types + all tests, without set-up
+check: ## lint + types + all tests, without set-up: on WORKERS parallel workers, then the serial ones alone
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest $(PYTEST_ARGS)
+	@par=0; ser=0; \
+	$(BIN)/pytest -n $(WORKERS) -m "not serial" $(PYTEST_ARGS) || par=$$?; \
+	$(BIN)/pytest -m serial $(PYTEST_ARGS) || ser=$$?; \
+	[ $$ser -eq 5 ] && ser=0; \
+	echo "parallel run: exit $$par; serial run: exit $$ser"; \
+	[ $$par -eq 0 ] && [ $$ser -eq 0 ]
 
 test: venv engine images browser ## everything, with its set-up: lint, types, unit, integration, e2e, browser, adversarial
 	$(MAKE) --no-print-directory check
 
 unit: venv ## fast tests, no engine: pure logic, and the runtime on the fake engine (not the slow API fuzzer: `make test` runs it)
-	$(BIN)/pytest tests/unit tests/component -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(WORKERS) tests/unit tests/component -m "not slow" $(PYTEST_ARGS)
 
 integration: venv engine images ## tests against the real engine
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)

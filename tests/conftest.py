@@ -12,7 +12,7 @@ import pytest
 from hypothesis import settings
 
 #: Fixtures of a private Docker engine (for engine-restart and missing-runtime tests).
-pytest_plugins = ("tests.private_engine", "tests.engine_watchdog")
+pytest_plugins = ("tests.private_engine", "tests.engine_watchdog", "tests.parallel")
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = REPO / "policies"
