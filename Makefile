@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 WORKERS ?= 3
 
 .DEFAULT_GOAL := help
-.PHONY: help venv engine engine-down browser swarm-lab swarm-lab-down images run test check lint types fmt unit integration e2e adversarial bench clean
+.PHONY: help venv engine engine-down browser swarm-lab swarm-lab-down images run test check lint types fmt unit fuzz integration e2e adversarial bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -70,6 +70,9 @@ test: venv engine images browser ## everything, with its set-up: lint, types, un
 
 unit: venv ## fast tests, no engine: pure logic, and the runtime on the fake engine (not the slow API fuzzer: `make test` runs it)
 	$(BIN)/pytest -n $(WORKERS) tests/unit tests/component -m "not slow" $(PYTEST_ARGS)
+
+fuzz: venv ## the property tests with random draws and 20x the examples (not in `make test`; keep what it finds as an @example)
+	SANDVISOR_HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -n $(WORKERS) tests/unit tests/component -m hypothesis $(PYTEST_ARGS)
 
 integration: venv engine images ## tests against the real engine
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)

@@ -26,7 +26,17 @@ IN_CI = bool(os.environ.get("CI"))
 # inherits it.
 settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
 settings.register_profile("dev", print_blob=True)
-settings.load_profile("ci" if IN_CI else "dev")
+# ``make fuzz``: the same properties with fresh random draws and 20 times the examples,
+# outside ``make test``; what it finds is kept as an ``@example`` on the property.
+settings.register_profile("fuzz", max_examples=2000, deadline=None, print_blob=True)
+_PROFILE = os.environ.get("SANDVISOR_HYPOTHESIS_PROFILE") or ("ci" if IN_CI else "dev")
+settings.load_profile(_PROFILE)
+
+
+def examples(n: int) -> int:
+    """A property's example budget: ``n``, 20 times that under ``make fuzz``."""
+    return n * 20 if _PROFILE == "fuzz" else n
+
 
 #: Extra policies only the tests use: short grace periods keep stop tests quick.
 TEST_POLICIES = {

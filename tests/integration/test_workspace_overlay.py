@@ -29,7 +29,7 @@ from supervisor.state.workspace import (
     reset_upper,
     undo,
 )
-from tests.conftest import owned_label, require_engine
+from tests.conftest import examples, owned_label, require_engine
 from tests.unit.workspace_tools import (
     OVERLAY_OPTS,
     File,
@@ -249,7 +249,9 @@ def run_op(root: Path, op: str, a: str, b: str, data: bytes) -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(ops=OPS)
 def test_kernel_overlay_random_operations(

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from supervisor.core.demux import STDERR, STDIN, STDOUT, FrameDemux, encode_frame
+from tests.conftest import examples
 
 Frames = list[tuple[int, bytes]]
 
@@ -92,7 +93,7 @@ def test_empty_feed_changes_nothing() -> None:
     assert not demux.mid_frame
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(frames=frames_strategy, data=st.data())
 def test_any_split_reassembles_to_the_same_segments(frames: Frames, data: st.DataObject) -> None:
     raw = b"".join(encode_frame(s, p) for s, p in frames)
@@ -107,7 +108,7 @@ def test_any_split_reassembles_to_the_same_segments(frames: Frames, data: st.Dat
     assert not demux.mid_frame
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(frames=frames_strategy.filter(lambda f: any(p for _, p in f)))
 def test_every_single_byte_boundary(frames: Frames) -> None:
     raw = b"".join(encode_frame(s, p) for s, p in frames)

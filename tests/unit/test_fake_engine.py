@@ -47,6 +47,7 @@ from supervisor.engine.fake.container import rfc3339_ns
 from supervisor.engine.swarm.backend import SwarmBackend
 from supervisor.runtime.pool import pool_script
 from supervisor.runtime.task.ports import WarmStart
+from tests.conftest import examples
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]
 
@@ -459,7 +460,7 @@ writes = st.lists(
 Y = b"y" * (COPIER_CHUNK - 1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(writes, st.integers(0, 12))
 # The copier's cut splits "é" (logged as two U+FFFD): before the live stream (CI's
 # 16388 != 16392), inside a live line that starts at a message, and in the line the live

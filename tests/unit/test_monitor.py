@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from supervisor.core.events import BaseEvent, TaskOutput, TaskOutputSuppressed
 from supervisor.core.monitor import LineChunker, TokenBucket
 from supervisor.core.policy import Monitor
+from tests.conftest import examples
 
 MAX_CHUNK = 1024
 PIECE = MAX_CHUNK - 1  # room for the separator
@@ -146,7 +147,7 @@ def run(ch: LineChunker, pieces: list[tuple[bytes, float]]) -> list[BaseEvent]:
 # -- properties -------------------------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=fed_stdout(), window_ms=st.sampled_from([0, 50, 200]))
 def test_chunks_rebuild_stdout_exactly(
     case: tuple[bytes, list[tuple[bytes, float]]], window_ms: int
@@ -180,7 +181,7 @@ def flood(draw: st.DrawFn) -> tuple[bytes, list[tuple[bytes, float]]]:
     return data, pieces
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=flood(), rate=st.sampled_from([1.0, 5.0, 50.0]), burst=st.integers(1, 6))
 def test_flood_suppression_ranges_cover_exactly_the_missing_lines(
     case: tuple[bytes, list[tuple[bytes, float]]], rate: float, burst: int
@@ -502,7 +503,7 @@ def test_the_flood_ends_when_a_window_passes_without_suppression() -> None:
     assert [e.lines for e in outputs(ch2.feed((b"y" * 300 + b"\n") * 4, 0.0))] == [3]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=flood(), rate=st.sampled_from([1.0, 5.0, 50.0]), burst=st.integers(1, 6))
 def test_suppression_notices_and_their_neighbours_are_a_window_apart(
     case: tuple[bytes, list[tuple[bytes, float]]], rate: float, burst: int

@@ -21,6 +21,7 @@ from supervisor.core.scan import (
     _clean,
     compile_pattern,
 )
+from tests.conftest import examples
 
 # -- references ---------------------------------------------------------------------------
 
@@ -106,7 +107,7 @@ _runs = st.builds(
 output = st.lists(st.one_of(_tokens, _runs), max_size=40).map(b"".join)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=output,
     cuts=st.lists(st.integers(0, 10_000), max_size=8),
@@ -130,7 +131,7 @@ ascii_output = st.lists(
 ).map(b"".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     data=ascii_output,
     cuts=st.lists(st.integers(0, 1000), max_size=6),

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from supervisor.state.workspace import Manifest, apply, diff, list_changes
 from supervisor.state.workspace.patch import MAX_DIFF_BYTES, quote
+from tests.conftest import examples
 from tests.unit.workspace_tools import (
     File,
     Link,
@@ -179,7 +180,9 @@ _DATA = st.one_of(_TEXT.map(str.encode), st.binary(max_size=300))
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     pairs=st.lists(st.tuples(_DATA, _DATA, st.booleans(), st.booleans()), min_size=1, max_size=6)

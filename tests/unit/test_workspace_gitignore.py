@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from supervisor.state.workspace import gitcmd
 from supervisor.state.workspace.gitignore import Matcher, parse, translate
+from tests.conftest import examples
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git to compare with")
 
@@ -261,7 +262,9 @@ _PATH = st.lists(_NAME, min_size=1, max_size=4).map("/".join)
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     root=st.lists(_PATTERN, max_size=6),
