@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.state.workspace.errors import WorkspaceError
-from supervisor.state.workspace.fsutil import MAX_DEPTH, O_DIR, O_READ, remove_entry, too_deep
+from supervisor.state.workspace.fsutil import MAX_DEPTH, O_DIR, O_READ, too_deep
+from supervisor.state.workspace.remove import remove_entry
 
 JOURNAL = "journal.jsonl"
 DATA = "data"

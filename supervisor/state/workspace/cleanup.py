@@ -21,9 +21,9 @@ from supervisor.state.workspace.fsutil import (
     O_DIR,
     OwnerAccess,
     dir_markers,
-    remove_entry,
 )
 from supervisor.state.workspace.models import Change
+from supervisor.state.workspace.remove import remove_entry
 from supervisor.state.workspace.selection import select
 
 

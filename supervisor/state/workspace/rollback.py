@@ -25,9 +25,9 @@ from supervisor.state.workspace.fsutil import (
     Identity,
     lstat_at,
     open_project,
-    remove_entry,
 )
 from supervisor.state.workspace.models import UndoResult, display_path
+from supervisor.state.workspace.remove import remove_entry
 
 
 def latest_backup(backup_dir: str | os.PathLike[str]) -> Path | None:
