@@ -33,7 +33,13 @@ from tests.adversarial.harness import (
     rss_bytes,
 )
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.serial(
+        "every case checks the host's processes, memory and free disk against its limits; "
+        "other workers' tests move those machine-wide numbers"
+    ),
+]
 
 #: Every error a blocked privileged operation may give (which one depends on the runtime).
 DENIED = {"EPERM", "EACCES", "EROFS"}

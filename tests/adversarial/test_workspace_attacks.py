@@ -31,6 +31,10 @@ from tests.users import root_only
 
 pytestmark = [
     pytest.mark.timeout(240),
+    pytest.mark.serial(
+        "the arena checks the host's processes, memory and free disk after every case; "
+        "other workers' tests move those machine-wide numbers"
+    ),
 ]
 
 DENIED = {"EPERM", "EACCES", "EROFS"}

@@ -29,6 +29,10 @@ from tests.users import AS_ROOT, root_only
 
 pytestmark = [
     pytest.mark.timeout(240),
+    pytest.mark.serial(
+        "the arena checks the host's processes, memory and free disk after every case; "
+        "other workers' tests move those machine-wide numbers"
+    ),
 ]
 
 

@@ -40,7 +40,14 @@ import pytest
 from tests.conftest import require_engine
 from tests.users import ROOT_ONLY, HostUser, docker_group_user
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.serial(
+        "its inner run is the workspace arena cases, which check the host's processes, "
+        "memory and free disk; other workers' tests move those machine-wide numbers"
+    ),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check")
