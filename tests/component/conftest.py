@@ -23,6 +23,13 @@ from tests.conftest import POLICIES
 #: Policies of the component tests: the minimal image, short grace periods (a stop whose
 #: SIGTERM is ignored escalates quickly), monitor lines as events at once, no stall
 #: watching unless a test asks for it.
+#: The end of most component policies: a short grace, no stall detection.
+QUIET = """[timeouts]
+grace_s = 0.2
+[watch]
+stall_detection = false
+"""
+
 COMPONENT_POLICIES = {
     "fake": """
 description = "component tests: 0.2 s grace, no stall watching"
@@ -60,57 +67,37 @@ grace_s = 0.2
 [watch]
 stall_after_s = 0.5
 """,
-    "capped": """
+    "capped": f"""
 description = "component tests: at most 5 running tasks per session"
 image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
-[timeouts]
-grace_s = 0.2
-[watch]
-stall_detection = false
 [session]
 max_running_tasks = 5
-""",
-    "net-session": """
+{QUIET}""",
+    "net-session": f"""
 description = "component tests: the session's internal network"
 image = "sandvisor/minimal:latest"
 network = "session"
-[timeouts]
-grace_s = 0.2
-[watch]
-stall_detection = false
-""",
-    "net-bridge": """
+{QUIET}""",
+    "net-bridge": f"""
 description = "component tests: the session's network with egress"
 image = "sandvisor/minimal:latest"
 network = "bridge"
-[timeouts]
-grace_s = 0.2
-[watch]
-stall_detection = false
-""",
-    "net-warm": """
+{QUIET}""",
+    "net-warm": f"""
 description = "component tests: the session's network, a warm pool of the session's own"
 image = "sandvisor/minimal:latest"
 network = "session"
 warm_pool = 1
-[timeouts]
-grace_s = 0.2
-[watch]
-stall_detection = false
-""",
-    "small-layer": """
+{QUIET}""",
+    "small-layer": f"""
 description = "component tests: a 1 MB, 50-entry workspace layer"
 image = "sandvisor/minimal:latest"
 working_dir = "/tmp"
-[timeouts]
-grace_s = 0.2
-[watch]
-stall_detection = false
 [session]
 workspace_max_mb = 1
 workspace_max_files = 50
-""",
+{QUIET}""",
     "roomy": """
 description = "component tests: at most 8 running tasks per session"
 image = "sandvisor/minimal:latest"
