@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -127,6 +129,18 @@ def start_daemon(
         time.sleep(0.05)
     proc.kill()
     raise RuntimeError(f"sandvisor serve did not answer within 30 s:\n{log.read_text()}")
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A fresh directory with a short path, for tests that make a state dir per cycle:
+    under a parallel worker's longer tmp_path, the daemon's socket path would outgrow what
+    a unix socket takes (107 bytes). Removed afterwards."""
+    base = Path(tempfile.mkdtemp(prefix="sv-"))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def projects_root(tmp_path: Path) -> Path:

@@ -5,8 +5,6 @@ event, monitor ordinals continue without gaps or repeats, and nothing is left be
 from __future__ import annotations
 
 import random
-import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -119,11 +117,9 @@ def one_cycle(base: Path, policies: Path, point: str, cycle: int, rng: random.Ra
     return ""
 
 
-def test_kill_9_at_every_point_ten_times(policies_dir: Path) -> None:
+def test_kill_9_at_every_point_ten_times(policies_dir: Path, short_tmp: Path) -> None:
     require_engine()
-    # Not tmp_path: under a parallel worker's longer tmp path, a state dir per point and
-    # cycle makes the daemon's socket path longer than a unix socket takes.
-    base = Path(tempfile.mkdtemp(prefix="sv-crash-"))
+    base = short_tmp
     problems: list[str] = []
     done: dict[str, int] = {}
 
@@ -139,13 +135,10 @@ def test_kill_9_at_every_point_ten_times(policies_dir: Path) -> None:
             done[point] = done.get(point, 0) + 1
 
     threads = [threading.Thread(target=worker, args=(p,)) for p in POINTS]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     assert done == dict.fromkeys(POINTS, CYCLES)
     assert not problems, "\n".join(problems)
 

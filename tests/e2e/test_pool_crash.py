@@ -123,7 +123,7 @@ def one_cycle(base: Path, policies: Path, step: str, cycle: int) -> str:
     return "; ".join(p for p in problems if p)
 
 
-def test_kill_9_at_each_step_of_take_and_bind(tmp_path: Path, policies_dir: Path) -> None:
+def test_kill_9_at_each_step_of_take_and_bind(short_tmp: Path, policies_dir: Path) -> None:
     require_engine()
     problems: list[str] = []
     done: dict[str, int] = {}
@@ -131,7 +131,7 @@ def test_kill_9_at_each_step_of_take_and_bind(tmp_path: Path, policies_dir: Path
     def worker(step: str) -> None:
         for cycle in range(CYCLES):
             try:
-                problem = one_cycle(tmp_path, policies_dir, step, cycle)
+                problem = one_cycle(short_tmp, policies_dir, step, cycle)
             except Exception as exc:  # report, keep the other steps going
                 problem = f"{step}#{cycle}: {exc!r}"
             if problem:

@@ -320,7 +320,10 @@ async def test_session_end_with_50_running_tasks(sup: Supervisor) -> None:
     t0 = time.monotonic()
     await session.end()
     elapsed = time.monotonic() - t0
-    assert elapsed <= 1.0 + 2.0, elapsed  # grace (1 s) + 2 s
+    # The 25 tasks that ignore SIGTERM each wait out the 1 s grace before SIGKILL. Ended
+    # one after another that is 25 s or more; the graces overlap, so it is about one. The
+    # bound is a quarter of the serial time, so that a loaded machine does not move it.
+    assert elapsed < 25 * 1.0 / 4, elapsed
     seqs = [e.seq for e in sink.events]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     assert sink.events[-1].type == "session.ended"
@@ -380,9 +383,12 @@ async def test_slow_sink_never_blocks_capture(state_dir: Any, policies_dir: Any)
             assert fh.tell() == 50_000_000
         # The slow sink is far behind while the fast one already has the terminal event.
         await fast.wait_for(lambda e: e.type == "task.stopped")
-        assert len(slow.events) < 5
         outputs = [e for e in fast.events if e.type == "task.output"]
         assert len(outputs) > 100
+        # The slow sink takes a second per event. Had capture waited for it, the task
+        # could not have finished before the slow sink had seen its output events; it
+        # finished with the slow sink a small fraction of the way through them.
+        assert len(slow.events) < len(outputs) / 5, (len(slow.events), len(outputs))
         text = "".join(e.text + ("\n" if e.eol else "") for e in outputs)  # type: ignore[attr-defined]
         assert len(text) == 50_000_000
         await asyncio.wait_for(slow.got_gap.wait(), 60)

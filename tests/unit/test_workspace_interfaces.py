@@ -167,3 +167,47 @@ def test_workspace_errors_round_trip(exc: Any) -> None:
     assert type(back) is type(exc) and str(back) == str(exc)
     assert back.wire_detail() == exc.wire_detail()
     assert isinstance(WorkspaceOutsideRoots("x"), ValueError)  # still a PolicyError
+
+
+class _RacingClient:
+    """A daemon where another command opens ``sid`` (no workspace) between the CLI's look-up
+    and its create: the create is refused as a daemon refuses a changed workspace."""
+
+    def __init__(self, sid: str) -> None:
+        self.sid = sid
+        self.open: dict[str, Any] | None = None
+        self.creates = 0
+
+    async def session(self, session_id: str) -> dict[str, Any]:
+        from supervisor.core.errors import SessionNotFound  # noqa: PLC0415
+
+        if self.open is None:
+            self.open = {"session_id": session_id, "workspace": None}  # the other command
+            raise SessionNotFound(session_id)
+        return self.open
+
+    async def create_session(self, session_id: str, **_: Any) -> None:
+        from supervisor.core.errors import PolicyError  # noqa: PLC0415
+
+        self.creates += 1
+        raise PolicyError(f"session {session_id!r} is open with workspace none; ...")
+
+
+def _run_args(**kw: Any) -> argparse.Namespace:
+    base = {"session": "s2", "no_workspace": False, "workspace": None, "workspace_mode": None}
+    return argparse.Namespace(**{**base, **kw})
+
+
+async def test_a_session_opened_by_another_command_meanwhile_is_the_one_run_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from supervisor.interfaces.cli.project import open_run_session  # noqa: PLC0415
+
+    monkeypatch.chdir(tmp_path)  # the current directory: only a default workspace
+    client = _RacingClient("s2")
+    assert await open_run_session(client, _run_args()) == "s2"  # type: ignore[arg-type]
+    assert client.creates == 1
+    # Named outright, a different workspace is still an error that says which one is fixed.
+    client = _RacingClient("s2")
+    with pytest.raises(CliError, match=r"session s2 is open with no workspace"):
+        await open_run_session(client, _run_args(workspace=tmp_path))  # type: ignore[arg-type]

@@ -137,6 +137,14 @@ def workspace_choice(args: argparse.Namespace) -> WorkspaceChoice | None:
     return WorkspaceChoice(here, mode, explicit=False, mode_explicit=explicit_mode)
 
 
+async def _opened_meanwhile(client: SandvisorClient, sid: str) -> dict[str, object] | None:
+    """The session ``sid`` when it is open now (None when it is not)."""
+    try:
+        return await client.session(sid)
+    except (SessionNotFound, NotFound):
+        return None
+
+
 def _same(info: dict[str, object], choice: WorkspaceChoice) -> bool:
     ws = info.get("workspace")
     return isinstance(ws, dict) and ws.get("path") == choice.path and ws.get("mode") == choice.mode
@@ -184,6 +192,15 @@ async def open_run_session(
         await ensure_session(client, fallback)
         return fallback
     except PolicyError as exc:
+        # Another command (`sandvisor events -f --session S`, a second `run`) may have
+        # opened the session between the look-up above and this create: then it is the
+        # session to run in, exactly as if it had been open already.
+        raced = await _opened_meanwhile(client, sid)
+        if raced is not None:
+            asked = choice.explicit or choice.mode_explicit
+            if asked and not _same(raced, choice):
+                raise CliError(_fixed(sid, raced, choice)) from exc
+            return sid
         # A policy the daemon does not know is refused here too (the session's policy
         # decides whom tasks of a root-owned workspace run as): either way, nothing ran.
         hint = (
