@@ -11,7 +11,14 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import Ui
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.serial(
+        "a new line must reach its page within a second while 20 tasks chat: "
+        "another worker's load on this 2-core machine moved it past that (a parallel run "
+        "failed here)"
+    ),
+]
 
 #: 20,000 lines at once, then a line every ~10 ms.
 CHATTY = 'seq 1 20000; i=0; while :; do i=$((i+1)); echo "tick $i"; sleep 0.01; done'
