@@ -119,7 +119,6 @@ def one_cycle(base: Path, policies: Path, point: str, cycle: int, rng: random.Ra
 
 def test_kill_9_at_every_point_ten_times(policies_dir: Path, short_tmp: Path) -> None:
     require_engine()
-    base = short_tmp
     problems: list[str] = []
     done: dict[str, int] = {}
 
@@ -127,7 +126,7 @@ def test_kill_9_at_every_point_ten_times(policies_dir: Path, short_tmp: Path) ->
         rng = random.Random(point)
         for cycle in range(CYCLES):
             try:
-                problem = one_cycle(base, policies_dir, point, cycle, rng)
+                problem = one_cycle(short_tmp, policies_dir, point, cycle, rng)
             except Exception as exc:  # report, keep the other points going
                 problem = f"{point}#{cycle}: {exc!r}"
             if problem:

@@ -137,12 +137,21 @@ def workspace_choice(args: argparse.Namespace) -> WorkspaceChoice | None:
     return WorkspaceChoice(here, mode, explicit=False, mode_explicit=explicit_mode)
 
 
-async def _opened_meanwhile(client: SandvisorClient, sid: str) -> dict[str, object] | None:
+async def _open_now(client: SandvisorClient, sid: str) -> dict[str, object] | None:
     """The session ``sid`` when it is open now (None when it is not)."""
     try:
         return await client.session(sid)
     except (SessionNotFound, NotFound):
         return None
+
+
+def _join_open(sid: str, info: dict[str, object], choice: WorkspaceChoice | None) -> str:
+    """Run in the open session ``sid``: its workspace was fixed when it opened. Asking for
+    another one outright is an error; the current directory, just a default, is not."""
+    asked = choice is not None and (choice.explicit or choice.mode_explicit)
+    if asked and choice is not None and not _same(info, choice):
+        raise CliError(_fixed(sid, info, choice))
+    return sid
 
 
 def _same(info: dict[str, object], choice: WorkspaceChoice) -> bool:
@@ -161,17 +170,9 @@ async def open_run_session(
     named = explicit_session(args)
     choice = workspace_choice(args)
     sid = named or (dir_session_id(choice.path) if choice else DEFAULT_SESSION)
-    try:
-        info = await client.session(sid)
-    except (SessionNotFound, NotFound):
-        info = None
+    info = await _open_now(client, sid)
     if info is not None:
-        # Open already: its workspace was fixed when it opened. Asking for another one
-        # outright is an error; the current directory, just a default, is not.
-        asked = choice is not None and (choice.explicit or choice.mode_explicit)
-        if asked and choice is not None and not _same(info, choice):
-            raise CliError(_fixed(sid, info, choice))
-        return sid
+        return _join_open(sid, info, choice)
     if choice is None:
         await ensure_session(client, sid)
         return sid
@@ -195,12 +196,9 @@ async def open_run_session(
         # Another command (`sandvisor events -f --session S`, a second `run`) may have
         # opened the session between the look-up above and this create: then it is the
         # session to run in, exactly as if it had been open already.
-        raced = await _opened_meanwhile(client, sid)
+        raced = await _open_now(client, sid)
         if raced is not None:
-            asked = choice.explicit or choice.mode_explicit
-            if asked and not _same(raced, choice):
-                raise CliError(_fixed(sid, raced, choice)) from exc
-            return sid
+            return _join_open(sid, raced, choice)
         # A policy the daemon does not know is refused here too (the session's policy
         # decides whom tasks of a root-owned workspace run as): either way, nothing ran.
         hint = (
